@@ -1,0 +1,86 @@
+"""The claim registry: one entry per analytic claim of PAPER.md (C1–C10).
+
+A claim is a list of identities `derived(model, *ix) == closed(model, *ix)` over declared free
+index ranges, written against `derive.model.AttentionModel`, so every proof path (and later the
+code generator and the numeric checks) interprets the same objects. Registering a `Claim` is all
+it takes to get it proved by each path, attacked by its mutants and reported.
+"""
+from __future__ import annotations
+
+import importlib.util
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Callable
+
+
+@dataclass(frozen=True)
+class Identity:
+    """One proof obligation: derived == closed for every value of the free indices."""
+
+    name: str
+    free: tuple  # index ranges of the free indices, e.g. ("n", "n")
+    level: str  # which quantities are independent (derive.model.LEVELS)
+    derived: Callable
+    closed: Callable
+    latex: str
+    loss: str = "any"  # "ce" forces cross-entropy; "any": linear loss at general size, CE at fixed size
+
+
+@dataclass(frozen=True)
+class Mutant:
+    """A deliberately wrong closed form that a careless derivation could produce."""
+
+    id: str
+    claim: str
+    part: str  # which identity's closed form it replaces ("" for an inequality constant)
+    description: str
+    closed: Callable | None = None
+    constant: float | None = None  # for C9: a bound constant below the tight 4
+    derived: Callable | None = None  # when the mistake also changes the derived side
+
+
+@dataclass(frozen=True)
+class Claim:
+    id: str
+    name: str
+    statement: str  # LaTeX
+    ref: str  # where in the paper (PAPER.md) the claim is made
+    parts: tuple
+    kind: str = "identity"  # or "inequality" (C9)
+    derivation: str = ""  # the argument, for the report (LaTeX)
+    mutants: tuple = field(default_factory=tuple)
+
+
+REGISTRY: dict = {}
+
+
+def register(claim: Claim) -> Claim:
+    if claim.id in REGISTRY:
+        raise ValueError(f"claim {claim.id} is already registered")
+    for m in claim.mutants:
+        if m.claim != claim.id:
+            raise ValueError(f"mutant {m.id} names claim {m.claim}, registered under {claim.id}")
+    REGISTRY[claim.id] = claim
+    return claim
+
+
+def load_extra(path) -> list:
+    """Execute a Python file that calls `register(...)`; return the ids it added."""
+    path = Path(path)
+    if not path.is_file():
+        raise FileNotFoundError(f"extra claims file not found: {path}")
+    before = set(REGISTRY)
+    spec = importlib.util.spec_from_file_location(f"extra_claims_{path.stem}", path)
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return [cid for cid in REGISTRY if cid not in before]
+
+
+def claims() -> list:
+    from derive import paper_claims  # noqa: F401  (registers C1–C10 on first use)
+
+    return list(REGISTRY.values())
+
+
+def mutants() -> list:
+    return [m for c in claims() for m in c.mutants]

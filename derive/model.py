@@ -1,0 +1,268 @@
+"""Single-head attention with a cross-entropy readout, in index notation (PAPER.md, "Setting").
+
+The model is written once against a small set of primitives (`leaf`, `sum`, `exp`, `log`,
+`grad`, ...). Each proof path supplies a backend that interprets those primitives:
+
+- `derive.general.GeneralBackend`  symbolic sizes, SymPy `IndexedBase`/`Sum`
+- `derive.fixed.RingBackend`       fixed sizes, every entry a generator of a differential ring
+- `derive.rational.DualBackend`    exact rationals with forward-mode dual numbers
+
+Indices are typed by the range they run over (a "dim"); using an index of the wrong range
+raises `ShapeError` naming the offending index.
+"""
+from __future__ import annotations
+
+import functools
+from dataclasses import dataclass
+
+# The ranges of the model: positions (T = n), key/query width, value width, classes, input width.
+DIMS = ("n", "dk", "dv", "m", "dx")
+
+# Every indexed quantity the model can treat as an independent variable, with its index ranges.
+LEAVES = {
+    "s": ("n", "n"),  # scores s_ij
+    "alpha": ("n", "n"),  # attention weights (C7 treats them as free)
+    "q": ("n", "dk"),
+    "k": ("n", "dk"),
+    "v": ("n", "dv"),
+    "o": ("n", "dv"),  # attention outputs (readout level)
+    "U": ("n", "dv"),  # upstream gradient u_i as a free quantity (linear loss)
+    "WO": ("dv", "m"),
+    "Y": ("n", "m"),  # one-hot targets e_{y_i}
+    "X": ("n", "dx"),
+    "WQ": ("dx", "dk"),
+    "WK": ("dx", "dk"),
+    "WV": ("dx", "dv"),
+    "M": ("n", "n"),  # causal mask as a free 0/1 multiplier over full ranges (DESIGN.md)
+    "Delta": ("n", "dv"),  # a free value step (C10)
+}
+
+# Which quantities are independent at each level of the model.
+LEVELS = {
+    "alpha": {"alpha", "v"},
+    "scores": {"s", "v"},
+    "qk": {"q", "k", "v"},
+    "params": {"X", "WQ", "WK", "WV"},
+    "readout": {"o", "WO"},
+}
+LOSSES = ("linear", "ce")
+
+
+class ShapeError(ValueError):
+    """An index of the wrong range, or a free index the claim does not declare."""
+
+
+@dataclass(frozen=True)
+class Setting:
+    """Where a model instance lives: which variables are free, which loss, masked or not."""
+
+    level: str
+    loss: str
+    masked: bool
+
+    def __post_init__(self):
+        if self.level not in LEVELS:
+            raise ValueError(f"unknown level {self.level!r}; expected one of {sorted(LEVELS)}")
+        if self.loss not in LOSSES:
+            raise ValueError(f"unknown loss {self.loss!r}; expected one of {LOSSES}")
+
+
+def memo(method):
+    """Cache a model quantity per index tuple (quantities are pure functions of their indices)."""
+
+    @functools.wraps(method)
+    def cached(self, *ix):
+        key = (method.__name__, ix)
+        if key not in self._cache:
+            self._cache[key] = method(self, *ix)
+        return self._cache[key]
+
+    return cached
+
+
+class AttentionModel:
+    """The paper's quantities, defined once in terms of a backend's primitives."""
+
+    def __init__(self, setting: Setting, context: str = ""):
+        self.setting = setting
+        self.context = context  # names the claim in error messages
+        self._cache = {}
+
+    # -- primitives a backend provides -------------------------------------------------------
+    def entry(self, name, *ix):  # pragma: no cover - abstract
+        raise NotImplementedError
+
+    def scalar(self, name):  # pragma: no cover - abstract
+        raise NotImplementedError
+
+    def size(self, dim):  # pragma: no cover - abstract
+        raise NotImplementedError
+
+    def sum(self, dim, body):  # pragma: no cover - abstract
+        raise NotImplementedError
+
+    def exp(self, x):  # pragma: no cover - abstract
+        raise NotImplementedError
+
+    def log(self, x):  # pragma: no cover - abstract
+        raise NotImplementedError
+
+    def grad(self, f, name, *ix):  # pragma: no cover - abstract
+        raise NotImplementedError
+
+    def dim_of(self, ix):  # pragma: no cover - abstract
+        raise NotImplementedError
+
+    def mask_entry(self, i, j):  # pragma: no cover - abstract
+        raise NotImplementedError
+
+    def delta(self, i, j):  # pragma: no cover - abstract
+        raise NotImplementedError
+
+    # -- typed access ----------------------------------------------------------------------
+    def leaf(self, name, *ix):
+        """An entry of a named quantity, after checking each index's range."""
+        dims = LEAVES[name]
+        if len(ix) != len(dims):
+            raise ShapeError(f"{self.context}: {name} takes {len(dims)} indices, got {len(ix)}")
+        for pos, (i, want) in enumerate(zip(ix, dims)):
+            got = self.dim_of(i)
+            if got != want:
+                raise ShapeError(
+                    f"{self.context}: index {i} ranges over {got} but position {pos + 1} "
+                    f"of {name} ranges over {want}"
+                )
+        return self.entry(name, *ix)
+
+    def _is_free(self, name):
+        return name in LEVELS[self.setting.level]
+
+    # -- the forward model (PAPER.md, "Setting") ---------------------------------------------
+    @property
+    def c(self):
+        return self.scalar("c")
+
+    @property
+    def eta(self):
+        return self.scalar("eta")
+
+    def mask(self, i, j):
+        """M_ij: 1 where position i may attend to j (free 0/1 symbol when masked)."""
+        return self.mask_entry(i, j) if self.setting.masked else 1
+
+    @memo
+    def x_proj(self, name, weight, i, a):
+        return self.sum("dx", lambda x: self.leaf("X", i, x) * self.leaf(weight, x, a))
+
+    def q(self, i, a):
+        return self.x_proj("q", "WQ", i, a) if self.setting.level == "params" else self.leaf("q", i, a)
+
+    def k(self, j, a):
+        return self.x_proj("k", "WK", j, a) if self.setting.level == "params" else self.leaf("k", j, a)
+
+    def v(self, j, a):
+        return self.x_proj("v", "WV", j, a) if self.setting.level == "params" else self.leaf("v", j, a)
+
+    @memo
+    def s(self, i, j):
+        """s_ij = c q_i . k_j."""
+        if self.setting.level == "scores":
+            return self.leaf("s", i, j)
+        return self.c * self.sum("dk", lambda a: self.q(i, a) * self.k(j, a))
+
+    @memo
+    def e(self, i, j):
+        return self.exp(self.s(i, j))
+
+    @memo
+    def Z(self, i):
+        """Softmax normaliser over allowed positions."""
+        return self.sum("n", lambda k: self.mask(i, k) * self.e(i, k))
+
+    @memo
+    def alpha(self, i, j):
+        """alpha_ij = M_ij exp(s_ij) / sum_k M_ik exp(s_ik)."""
+        if self.setting.level == "alpha":
+            return self.leaf("alpha", i, j)
+        return self.mask(i, j) * self.e(i, j) / self.Z(i)
+
+    @memo
+    def o(self, i, a):
+        """o_i = sum_j alpha_ij v_j."""
+        if self.setting.level == "readout":
+            return self.leaf("o", i, a)
+        return self.sum("n", lambda j: self.alpha(i, j) * self.v(j, a))
+
+    @memo
+    def z(self, i, c):
+        """Logits z_i = W_O^T o_i."""
+        return self.sum("dv", lambda a: self.leaf("WO", a, c) * self.o(i, a))
+
+    @memo
+    def G(self, i):
+        return self.sum("m", lambda c: self.exp(self.z(i, c)))
+
+    @memo
+    def p(self, i, c):
+        """Class probabilities p_i = softmax(z_i)."""
+        return self.exp(self.z(i, c)) / self.G(i)
+
+    @memo
+    def loss(self):
+        """L: mean cross-entropy, or <U, o> (the chain rule's linearisation at the outputs)."""
+        if self.setting.loss == "linear":
+            return self.sum("n", lambda i: self.sum("dv", lambda a: self.leaf("U", i, a) * self.o(i, a)))
+        per_position = lambda i: self.log(self.G(i)) - self.sum("m", lambda c: self.leaf("Y", i, c) * self.z(i, c))  # noqa: E731
+        return self.sum("n", per_position) / self.size("n")
+
+    # -- the paper's named quantities (closed forms) -----------------------------------------
+    @memo
+    def u(self, i, a):
+        """u_i = dL/do_i: free under the linear loss, the C5 closed form under cross-entropy."""
+        if self.setting.loss == "linear":
+            return self.leaf("U", i, a)
+        return self.sum("m", lambda c: self.leaf("WO", a, c) * (self.p(i, c) - self.leaf("Y", i, c))) / self.size("n")
+
+    @memo
+    def b(self, i, j):
+        """Compatibility b_ij = u_i . v_j."""
+        return self.sum("dv", lambda a: self.u(i, a) * self.v(j, a))
+
+    @memo
+    def baseline(self, i):
+        """The alpha-weighted mean compatibility E_{alpha_i}[b]."""
+        return self.sum("n", lambda k: self.alpha(i, k) * self.b(i, k))
+
+    @memo
+    def dS(self, i, j):
+        """C1: dL/ds_ij = alpha_ij (b_ij - E_{alpha_i}[b]) — the advantage A_ij."""
+        return self.alpha(i, j) * (self.b(i, j) - self.baseline(i))
+
+    @memo
+    def dV(self, j, a):
+        """C2: dL/dv_j = sum_i alpha_ij u_i."""
+        return self.sum("n", lambda i: self.alpha(i, j) * self.u(i, a))
+
+    @memo
+    def dQ(self, i, a):
+        """C3: dL/dq_i = c sum_j dS_ij k_j."""
+        return self.c * self.sum("n", lambda j: self.dS(i, j) * self.k(j, a))
+
+    @memo
+    def dK(self, j, a):
+        """C4: dL/dk_j = c sum_i dS_ij q_i."""
+        return self.c * self.sum("n", lambda i: self.dS(i, j) * self.q(i, a))
+
+    @memo
+    def responsibility(self, j):
+        """N_j = sum_i alpha_ij: the soft count of queries routed to position j."""
+        return self.sum("n", lambda i: self.alpha(i, j))
+
+    def derived_grad(self, name, *ix):
+        """dL/d(name)[ix], differentiated by the backend from the loss."""
+        if not self._is_free(name):
+            raise ShapeError(f"{self.context}: {name} is not a free variable at level {self.setting.level}")
+        for i, want in zip(ix, LEAVES[name]):
+            if self.dim_of(i) != want:
+                raise ShapeError(f"{self.context}: index {i} ranges over {self.dim_of(i)}, d/d{name} needs {want}")
+        return self.grad(self.loss(), name, *ix)

@@ -1,0 +1,155 @@
+"""The `derive` stage: every registered claim through every proof path, and the kill matrix."""
+from __future__ import annotations
+
+import re
+import time
+from dataclasses import dataclass
+from fractions import Fraction
+
+from derive import claims as registry
+from derive import saturation
+from derive.prove import PATHS, run_path
+from derive.results import Check
+
+SETTINGS = {False: "unmasked", True: "masked"}
+
+
+@dataclass(frozen=True)
+class Profile:
+    """Sizes and effort of the derive stage."""
+
+    name: str
+    grid: tuple  # fixed-size proof sizes, small to large
+    points: int  # random rational points per identity
+    mutant_grid: tuple  # fixed size at which mutants are attacked
+    search_restarts: int
+    budget_s: float  # per proof check
+
+
+def _sizes(n, d, m, dx=2):
+    return {"n": n, "dk": d, "dv": d, "m": m, "dx": dx}
+
+
+PROFILES = {
+    "quick": Profile("quick", (_sizes(2, 2, 2), _sizes(3, 2, 2), _sizes(4, 2, 2)), 2, (_sizes(3, 2, 2),), 30, 60.0),
+    "default": Profile(
+        "default",
+        (_sizes(2, 2, 2), _sizes(3, 2, 2), _sizes(4, 2, 2), _sizes(4, 3, 3, 3), _sizes(5, 3, 3, 3), _sizes(6, 3, 3, 3)),
+        4, (_sizes(3, 2, 2),), 120, 300.0),
+}
+
+
+def slug(text):
+    return re.sub(r"[^A-Za-z0-9]+", "-", text).strip("-")
+
+
+class DeriveStage:
+    def __init__(self, results, profile: Profile, seed: int, log=print, only_claims=None):
+        self.results = results
+        self.profile = profile
+        self.seed = seed
+        self.log = log
+        self.only = only_claims
+        self.kill = {}
+        self.per_size = []
+
+    def options(self):
+        p = self.profile
+        return {"grid": list(p.grid), "points": p.points, "seed": self.seed, "budget_s": p.budget_s}
+
+    def run(self):
+        selected = [c for c in registry.claims() if not self.only or c.id in self.only]
+        for claim in selected:
+            self.prove_claim(claim)
+            self.attack(claim)
+        self.results.derive["kill_matrix"] = self.kill
+        self.results.derive["paths"] = list(PATHS) + ["adversarial"]
+        self.results.derive["fixed_size_timings"] = self.per_size
+
+    # -- proofs ----------------------------------------------------------------------------------
+    def prove_claim(self, claim):
+        passed = {path: True for path in PATHS}
+        for identity in claim.parts:
+            for path in PATHS:
+                for masked in (False, True):
+                    ok = self._prove(claim, identity, path, masked)
+                    passed[path] = passed[path] and ok
+        if claim.kind == "inequality":
+            passed["adversarial"] = self._inequality_checks(claim)
+        self._verdict(claim, passed)
+
+    def _prove(self, claim, identity, path, masked):
+        context = f"{claim.id} ({claim.name}) / {identity.name}"
+        out = run_path(path, identity, masked, context, self.options())
+        cid = f"derive/{claim.id}/{slug(identity.name)}/{path}/{SETTINGS[masked]}"
+        status = "pass" if out.equal else "fail"
+        self.results.add(Check(cid, "derive", "proof", claim.id, status, round(out.seconds, 4),
+                               out.measured, "derived == closed form", detail=f"path {path}"))
+        for rec in out.per_size:
+            self.per_size.append({"claim": claim.id, "part": identity.name, **rec})
+        self.log(f"  {status.upper():4} {cid:58} {out.seconds:7.3f}s  {out.measured if not out.equal else ''}")
+        return out.equal
+
+    def _inequality_checks(self, claim):
+        t0 = time.perf_counter()
+        search = saturation.adversarial_search(restarts=self.profile.search_restarts, seed=self.seed)
+        holds, tight = search.sup_ratio <= 1 + 1e-9, search.sup_ratio >= 0.99
+        self.results.add(Check(f"derive/{claim.id}/adversarial-search", "derive", "numeric", claim.id,
+                               "pass" if holds and tight else "fail", round(time.perf_counter() - t0, 4),
+                               {"sup_ratio": search.sup_ratio, "witness_n": search.witness_n,
+                                "evaluations": search.evaluations},
+                               "sup ratio <= 1 (bound holds) and >= 0.99 (constant 4 approached)"))
+        t0 = time.perf_counter()
+        eps = [Fraction(1, 10**k) for k in (1, 2, 3, 6)]
+        exact = [saturation.tight_family_ratio(e) for e in eps]
+        ok = all(r == 1 - e for r, e in zip(exact, eps))
+        self.results.add(Check(f"derive/{claim.id}/tight-family", "derive", "proof", claim.id,
+                               "pass" if ok else "fail", round(time.perf_counter() - t0, 4),
+                               {str(e): str(r) for e, r in zip(eps, exact)}, "ratio = 1 - eps exactly"))
+        self.log(f"  {'PASS' if holds and tight and ok else 'FAIL'} derive/{claim.id}/inequality  sup ratio {search.sup_ratio:.6f}")
+        return holds and tight and ok
+
+    def _verdict(self, claim, passed):
+        proved_by = [p for p in PATHS if passed[p]]
+        failed = [p for p, ok in passed.items() if not ok]
+        if failed:
+            verdict, evidence = "failed", f"not proved by: {', '.join(failed)}; proved by: {', '.join(proved_by) or 'none'}"
+        elif len(proved_by) >= 2:
+            verdict = "proved"
+            evidence = f"proved by {len(proved_by)} paths ({', '.join(proved_by)}), masked and unmasked"
+            if claim.kind == "inequality":
+                evidence += "; identity steps proved, bound and tightness confirmed by adversarial search"
+        else:
+            verdict, evidence = "failed", f"only {len(proved_by)} path(s) proved it"
+        self.results.set_claim(claim.id, verdict, evidence, claim.name)
+
+    # -- negative controls ---------------------------------------------------------------------------
+    def attack(self, claim):
+        for mutant in claim.mutants:
+            self.kill[mutant.id] = {"claim": claim.id, "description": mutant.description}
+            if mutant.constant is not None:
+                self._attack_constant(claim, mutant)
+                continue
+            identity = next(p for p in claim.parts if p.name == mutant.part)
+            opts = dict(self.options(), grid=list(self.profile.mutant_grid))
+            for path in PATHS:
+                out = run_path(path, identity, True, f"{claim.id} mutant {mutant.id}", opts, mutant.derived, mutant.closed)
+                rejected = not out.equal and not out.error
+                self._record_kill(claim, mutant, path, rejected, out.seconds, out.measured)
+            self.kill[mutant.id]["adversarial"] = "n/a"
+
+    def _attack_constant(self, claim, mutant):
+        for path in PATHS:
+            self.kill[mutant.id][path] = "n/a"
+        t0 = time.perf_counter()
+        search = saturation.adversarial_search(mutant.constant, restarts=self.profile.search_restarts, seed=self.seed)
+        rejected = search.sup_ratio > 1.0
+        self._record_kill(claim, mutant, "adversarial", rejected, time.perf_counter() - t0,
+                          f"sup ratio {search.sup_ratio:.4f} with constant {mutant.constant}")
+
+    def _record_kill(self, claim, mutant, path, rejected, seconds, measured):
+        self.kill[mutant.id][path] = "rejected" if rejected else "ACCEPTED"
+        cid = f"derive/{mutant.id}/{path}"
+        self.results.add(Check(cid, "derive", "negative-control", claim.id, "pass" if rejected else "fail",
+                               round(seconds, 4), measured, "rejected", detail=mutant.description))
+        self.log(f"  {'PASS' if rejected else 'FAIL'} {cid:58} {seconds:7.3f}s  {'rejected' if rejected else 'ACCEPTED'}")
