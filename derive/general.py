@@ -28,10 +28,11 @@ class GeneralBackend(AttentionModel):
         self.index_dims = {}
         self._dummy = itertools.count()
         self._bases = {}
+        self._used = {dim: 0 for dim in DIMS}
 
     def free_indices(self, dims):
         """Free index symbols for a claim's declared index ranges."""
-        used = {dim: 0 for dim in DIMS}
+        used = self._used
         out = []
         for dim in dims:
             letters = FREE_NAMES[dim]

@@ -8,7 +8,8 @@ from fractions import Fraction
 
 from derive import claims as registry
 from derive import saturation
-from derive.prove import PATHS, run_path
+from derive.model import ShapeError
+from derive.prove import PATHS, Outcome, run_path
 from derive.results import Check
 
 SETTINGS = {False: "unmasked", True: "masked"}
@@ -65,6 +66,33 @@ class DeriveStage:
         self.results.derive["kill_matrix"] = self.kill
         self.results.derive["paths"] = list(PATHS) + ["adversarial"]
         self.results.derive["fixed_size_timings"] = self.per_size
+        self.benchmark(selected)
+
+    # -- speed (recorded, never asserted as a timed test) -------------------------------------------
+    def benchmark(self, selected):
+        from derive.scaling import scaling_table
+
+        proofs = [c for c in self.results.checks if c.kind == "proof" and c.stage == "derive"]
+        totals = {path: sum(c.seconds for c in proofs if c.detail == f"path {path}") for path in PATHS}
+        self.results.derive["path_seconds"] = {p: round(t, 4) for p, t in totals.items()}
+        budgets = {"general": 5.0, "fixed": 60.0 if self.profile.name == "default" else 15.0}
+        for path, limit in budgets.items():
+            self.results.benchmarks.append({
+                "name": f"derive/{path}-path-total", "device": "cpu", "dtype": "exact",
+                "shape": "symbolic n, d, m" if path == "general" else f"grid up to {self.profile.grid[-1]}",
+                "ours_s": round(totals[path], 4), "reference": f"budget {limit:g} s", "reference_s": limit,
+                "ratio": round(totals[path] / limit, 4)})
+        ids = {c.id for c in selected if self.results.claims.get(c.id, {}).get("verdict") == "proved"}
+        if not ids:
+            return
+        rows = scaling_table(self.profile.name, ids, log=self.log)
+        self.results.derive["scaling"] = rows
+        ref = rows[0]["seconds"]
+        for row in rows:
+            self.results.benchmarks.append({
+                "name": f"derive/fixed-path-scaling/{row['varied']}={row['value']}", "device": "cpu", "dtype": "exact",
+                "shape": {d: row[d] for d in ("n", "dk", "dv", "m", "dx")}, "ours_s": row["seconds"],
+                "reference": "smallest size of the sweep", "reference_s": ref, "ratio": round(row["seconds"] / ref, 3)})
 
     # -- proofs ----------------------------------------------------------------------------------
     def prove_claim(self, claim):
@@ -80,7 +108,7 @@ class DeriveStage:
 
     def _prove(self, claim, identity, path, masked):
         context = f"{claim.id} ({claim.name}) / {identity.name}"
-        out = run_path(path, identity, masked, context, self.options())
+        out = self._run(path, identity, masked, context, self.options())
         cid = f"derive/{claim.id}/{slug(identity.name)}/{path}/{SETTINGS[masked]}"
         status = "pass" if out.equal else "fail"
         self.results.add(Check(cid, "derive", "proof", claim.id, status, round(out.seconds, 4),
@@ -89,6 +117,14 @@ class DeriveStage:
             self.per_size.append({"claim": claim.id, "part": identity.name, **rec})
         self.log(f"  {status.upper():4} {cid:58} {out.seconds:7.3f}s  {out.measured if not out.equal else ''}")
         return out.equal
+
+    @staticmethod
+    def _run(path, identity, masked, context, options, derived=None, closed=None):
+        """run_path, with an ill-formed claim reported as a failed check that names the index."""
+        try:
+            return run_path(path, identity, masked, context, options, derived, closed)
+        except ShapeError as exc:
+            return Outcome(False, 0.0, f"ill-formed claim: {exc}", error=str(exc))
 
     def _inequality_checks(self, claim):
         t0 = time.perf_counter()
@@ -133,7 +169,7 @@ class DeriveStage:
             identity = next(p for p in claim.parts if p.name == mutant.part)
             opts = dict(self.options(), grid=list(self.profile.mutant_grid))
             for path in PATHS:
-                out = run_path(path, identity, True, f"{claim.id} mutant {mutant.id}", opts, mutant.derived, mutant.closed)
+                out = self._run(path, identity, True, f"{claim.id} mutant {mutant.id}", opts, mutant.derived, mutant.closed)
                 rejected = not out.equal and not out.error
                 self._record_kill(claim, mutant, path, rejected, out.seconds, out.measured)
             self.kill[mutant.id]["adversarial"] = "n/a"

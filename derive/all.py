@@ -1,0 +1,129 @@
+"""`python -m derive.all`: run the pipeline's stages, write results.json, exit 0 iff all checks pass.
+
+    python -m derive.all [--quick] [--out DIR] [--device auto|cpu|cuda] [--only STAGE[,STAGE]]
+                         [--seed N] [--claims FILE]... [--claim ID[,ID]]
+
+Exit status: 0 every check passed (skipped stages do not fail a run), 1 a check failed, 2 bad usage.
+"""
+from __future__ import annotations
+
+import argparse
+import sys
+import time
+from pathlib import Path
+
+from derive import claims as registry
+from derive.results import Check, Results, environment
+from derive.stage import PROFILES, DeriveStage
+
+STAGES = ("derive", "codegen", "numeric", "experiments", "report")
+UNBUILT_KIND = {"codegen": "numeric", "numeric": "numeric", "experiments": "experiment", "report": "report"}
+
+
+class UsageError(Exception):
+    pass
+
+
+def parse_args(argv):
+    p = argparse.ArgumentParser(prog="python -m derive.all", description=__doc__.split("\n")[0])
+    p.add_argument("--quick", action="store_true", help="CPU-CI profile: small sizes, few points")
+    p.add_argument("--out", default="out", help="output directory (default: out)")
+    p.add_argument("--device", default="auto", choices=("auto", "cpu", "cuda"), help="torch device for numeric stages")
+    p.add_argument("--only", default=",".join(STAGES), help=f"comma-separated stages among {','.join(STAGES)}")
+    p.add_argument("--seed", type=int, default=0, help="seed for every random choice (default 0)")
+    p.add_argument("--claims", action="append", default=[], metavar="FILE",
+                   help="extra claim file (Python calling derive.claims.register); repeatable")
+    p.add_argument("--claim", default="", help="restrict the derive stage to these claim ids (comma-separated)")
+    args = p.parse_args(argv)
+    args.stages = [s.strip() for s in args.only.split(",") if s.strip()]
+    unknown = [s for s in args.stages if s not in STAGES]
+    if unknown or not args.stages:
+        p.error(f"--only: unknown stage(s) {', '.join(unknown) or '(none given)'}; choose from {', '.join(STAGES)}")
+    if args.seed < 0:
+        p.error("--seed must be non-negative")
+    return args
+
+
+def load_claims(args):
+    for path in args.claims:
+        try:
+            added = registry.load_extra(path)
+        except FileNotFoundError as exc:
+            raise UsageError(str(exc)) from exc
+        print(f"loaded {len(added)} extra claim(s) from {path}: {', '.join(added) or '-'}")
+    known = {c.id for c in registry.claims()}
+    wanted = {c.strip() for c in args.claim.split(",") if c.strip()}
+    if wanted - known:
+        raise UsageError(f"--claim: unknown claim id(s) {', '.join(sorted(wanted - known))}")
+    return wanted or None
+
+
+def resolve_device(requested, stages):
+    """The device torch stages will use; derive and report never touch torch."""
+    if not set(stages) & {"numeric", "experiments"}:
+        return "cpu" if requested == "auto" else requested
+    import importlib.util
+
+    if importlib.util.find_spec("torch") is None:
+        raise UsageError("torch is not installed; numeric stages need it (see README)")
+    import torch
+
+    has_cuda = torch.cuda.is_available()
+    if requested == "cuda" and not has_cuda:
+        raise UsageError("--device cuda was asked for but CUDA is not available on this machine")
+    return "cuda" if requested == "cuda" or (requested == "auto" and has_cuda) else "cpu"
+
+
+def run_stage(stage, results, args, profile, only_claims):
+    t0 = time.perf_counter()
+    print(f"== stage {stage}")
+    if stage == "derive":
+        DeriveStage(results, profile, args.seed, only_claims=only_claims).run()
+    else:
+        results.add(Check(f"{stage}/not-implemented", stage, UNBUILT_KIND[stage], "", "skipped", 0.0,
+                          None, None, detail=f"the {stage} stage is not implemented yet"))
+        print(f"  SKIPPED {stage}: not implemented yet")
+    seconds = time.perf_counter() - t0
+    checks = [c for c in results.checks if c.stage == stage]
+    status = "fail" if any(c.status == "fail" for c in checks) else (
+        "skipped" if all(c.status == "skipped" for c in checks) else "pass")
+    results.stages[stage] = {"status": status, "seconds": round(seconds, 3), "checks": len(checks)}
+
+
+def summary(results):
+    lines = ["", f"{'claim':6} {'verdict':18} evidence"]
+    for c in results.to_json()["claims"]:
+        lines.append(f"{c['id']:6} {c['verdict']:18} {c['evidence']}")
+    lines.append("")
+    for stage, info in results.stages.items():
+        lines.append(f"stage {stage:12} {info['status']:8} {info['seconds']:8.2f}s  {info['checks']} checks")
+    counts = {s: sum(1 for c in results.checks if c.status == s) for s in ("pass", "fail", "skipped")}
+    lines.append(f"checks: {counts['pass']} passed, {counts['fail']} failed, {counts['skipped']} skipped")
+    for c in results.failed():
+        lines.append(f"FAILED {c.id} (claim {c.claim or '-'}): {c.measured}")
+    return "\n".join(lines)
+
+
+def main(argv=None):
+    args = parse_args(sys.argv[1:] if argv is None else argv)
+    try:
+        only_claims = load_claims(args)
+        device = resolve_device(args.device, args.stages)
+    except UsageError as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return 2
+    profile = PROFILES["quick" if args.quick else "default"]
+    results = Results(environment(profile.name, device, args.seed))
+    t0 = time.perf_counter()
+    for stage in STAGES:
+        if stage in args.stages:
+            run_stage(stage, results, args, profile, only_claims)
+    results.environment["wall_seconds"] = round(time.perf_counter() - t0, 3)
+    path = results.write(Path(args.out))
+    print(summary(results))
+    print(f"wrote {path}")
+    return 1 if results.failed() else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

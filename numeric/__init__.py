@@ -1,0 +1,1 @@
+"""Torch side of the verifier: generated gradients, agreement checks and benchmarks."""

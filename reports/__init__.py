@@ -1,0 +1,1 @@
+"""Rendering results.json into the verification report."""

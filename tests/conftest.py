@@ -1,0 +1,38 @@
+import pytest
+
+from derive import claims as registry
+
+
+def identities():
+    """(claim, identity) for every registered identity: a new claim is tested for free."""
+    return [(c, part) for c in registry.claims() for part in c.parts]
+
+
+def identity_ids():
+    return [f"{c.id}:{part.name}" for c, part in identities()]
+
+
+def equality_mutants():
+    return [m for m in registry.mutants() if m.constant is None]
+
+
+def part_of(mutant):
+    claim = registry.REGISTRY[mutant.claim]
+    return next(p for p in claim.parts if p.name == mutant.part)
+
+
+@pytest.fixture
+def extra_claim_file(tmp_path):
+    """Write a claim file and return its path; cleans the registry afterwards."""
+    written = []
+
+    def write(source):
+        path = tmp_path / f"extra_{len(written)}.py"
+        path.write_text(source)
+        written.append(path)
+        return path
+
+    before = set(registry.REGISTRY)
+    yield write
+    for cid in set(registry.REGISTRY) - before:
+        del registry.REGISTRY[cid]

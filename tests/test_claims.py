@@ -1,0 +1,72 @@
+import re
+
+import pytest
+
+from derive import claims as registry
+from derive.claims import Claim, Identity, Mutant, register
+from derive.results import PAPER_CLAIMS
+
+
+def test_registry_has_every_analytic_claim_of_the_paper():
+    ids = [c.id for c in registry.claims()]
+    assert ids[:10] == [f"C{i}" for i in range(1, 11)]
+    for c in registry.claims():
+        assert c.name == PAPER_CLAIMS[c.id]
+        assert c.statement and "\\" in c.statement, f"{c.id} needs a LaTeX statement"
+        assert c.ref.startswith("PAPER.md")
+        assert c.parts, f"{c.id} has no proof obligation"
+
+
+def test_c9_is_an_inequality_with_identity_steps_and_a_written_chain():
+    c9 = registry.REGISTRY["C9"]
+    assert c9.kind == "inequality"
+    assert len(c9.parts) >= 3
+    assert "triangle inequality" in c9.derivation and "4B" in c9.derivation
+
+
+def test_at_least_eight_mutants_covering_the_careless_mistakes():
+    ms = registry.mutants()
+    assert len(ms) >= 8
+    text = " ".join(m.id + " " + m.description for m in ms).lower()
+    for mistake in ("baseline dropped", "uniform", "alpha factor dropped", "sign", "scale", "transposed",
+                    "wrong index", "masked positions", "1/t"):
+        assert mistake in text, mistake
+    assert len({m.id for m in ms}) == len(ms)
+
+
+def test_every_mutant_names_an_existing_part():
+    for m in registry.mutants():
+        claim = registry.REGISTRY[m.claim]
+        if m.constant is None:
+            assert m.part in {p.name for p in claim.parts}
+        else:
+            assert claim.kind == "inequality" and m.constant < 4
+
+
+def test_register_rejects_duplicates_and_misfiled_mutants():
+    registry.claims()
+    with pytest.raises(ValueError, match="already registered"):
+        register(Claim("C1", "x", "x", "x", ()))
+    bad = Mutant("Mx", "C2", "main", "x", lambda m: 0)
+    with pytest.raises(ValueError, match="names claim C2"):
+        register(Claim("CX", "x", "x", "x", (), mutants=(bad,)))
+    assert "CX" not in registry.REGISTRY
+
+
+def test_load_extra_registers_a_claim(extra_claim_file):
+    path = extra_claim_file(
+        "from derive.claims import Claim, Identity, register\n"
+        "register(Claim('X1', 'twice-alpha', r'\\alpha', 'test', (Identity('main', ('n','n'), 'scores',"
+        " lambda m, i, j: m.alpha(i, j) + m.alpha(i, j), lambda m, i, j: 2 * m.alpha(i, j), 'x'),)))\n")
+    assert registry.load_extra(path) == ["X1"]
+    assert isinstance(registry.REGISTRY["X1"].parts[0], Identity)
+
+
+def test_load_extra_missing_file():
+    with pytest.raises(FileNotFoundError, match="not found"):
+        registry.load_extra("/nonexistent/claims.py")
+
+
+def test_mutant_ids_are_stable_slugs():
+    for m in registry.mutants():
+        assert re.fullmatch(r"M\d+-[A-Za-z0-9.\-/]+", m.id), m.id

@@ -1,0 +1,82 @@
+"""`python -m derive.all`: exit codes, outputs, and an injected wrong claim."""
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[1]
+
+WRONG_CLAIM = '''
+from derive.claims import Claim, Identity, register
+register(Claim("X9", "wrong-advantage", r"\\partial L/\\partial s = \\alpha b", "test: deliberately wrong",
+    (Identity("main", ("n", "n"), "scores", lambda m, i, j: m.derived_grad("s", i, j),
+              lambda m, i, j: m.alpha(i, j) * m.b(i, j), "wrong"),)))
+'''
+
+SHAPE_CLAIM = '''
+from derive.claims import Claim, Identity, register
+register(Claim("X8", "mismatched", r"x", "test: wrong index range",
+    (Identity("main", ("n", "dk"), "qk", lambda m, i, a: m.derived_grad("q", i, a),
+              lambda m, i, a: m.c * m.sum("n", lambda j: m.dS(i, j) * m.v(j, a)), "bad"),)))
+'''
+
+
+def run(*args, timeout=300):
+    return subprocess.run([sys.executable, "-m", "derive.all", *args], cwd=ROOT, capture_output=True, text=True,
+                          timeout=timeout, stdin=subprocess.DEVNULL)
+
+
+def test_quick_derive_run_passes_and_writes_results(tmp_path):
+    p = run("--only", "derive", "--quick", "--claim", "C1,C6", "--out", str(tmp_path))
+    assert p.returncode == 0, p.stdout + p.stderr
+    data = json.loads((tmp_path / "results.json").read_text())
+    verdicts = {c["id"]: c["verdict"] for c in data["claims"]}
+    assert verdicts["C1"] == verdicts["C6"] == "proved"
+    assert verdicts["C2"] == "not-run"
+    assert "C1     proved" in p.stdout and "checks:" in p.stdout
+
+
+def test_unbuilt_stages_are_skipped_not_passed(tmp_path):
+    p = run("--only", "report", "--quick", "--out", str(tmp_path))
+    assert p.returncode == 0, p.stderr
+    data = json.loads((tmp_path / "results.json").read_text())
+    assert [c["status"] for c in data["checks"]] == ["skipped"]
+    assert data["stages"]["report"]["status"] == "skipped"
+
+
+@pytest.mark.parametrize("args", [["--only", "bogus"], ["--seed", "-1"], ["--device", "tpu"], ["--claim", "C99"],
+                                  ["--claims", "/nonexistent.py"], ["--only", ""]])
+def test_bad_usage_exits_2(args, tmp_path):
+    p = run(*args, "--out", str(tmp_path))
+    assert p.returncode == 2, p.stdout + p.stderr
+    assert "error" in p.stderr
+
+
+def test_injected_wrong_claim_fails_and_is_named(tmp_path):
+    claim_file = tmp_path / "wrong.py"
+    claim_file.write_text(WRONG_CLAIM)
+    p = run("--only", "derive", "--quick", "--claims", str(claim_file), "--claim", "X9", "--out", str(tmp_path))
+    assert p.returncode == 1, p.stdout + p.stderr
+    assert "FAILED derive/X9/main/general" in p.stdout
+    data = json.loads((tmp_path / "results.json").read_text())
+    x9 = next(c for c in data["claims"] if c["id"] == "X9")
+    assert x9["verdict"] == "failed"
+
+
+def test_mismatched_index_is_reported_by_claim_and_index(tmp_path):
+    claim_file = tmp_path / "shape.py"
+    claim_file.write_text(SHAPE_CLAIM)
+    p = run("--only", "derive", "--quick", "--claims", str(claim_file), "--claim", "X8", "--out", str(tmp_path))
+    assert p.returncode == 1
+    assert "Traceback" not in p.stdout + p.stderr
+    assert "X8 (mismatched)" in p.stdout and "ranges over dk but position 2 of v ranges over dv" in p.stdout
+
+
+def test_cuda_requested_but_absent_is_bad_usage(tmp_path):
+    torch = pytest.importorskip("torch")
+    if torch.cuda.is_available():
+        pytest.skip("this machine has CUDA")
+    p = run("--only", "numeric", "--device", "cuda", "--out", str(tmp_path))
+    assert p.returncode == 2 and "CUDA is not available" in p.stderr

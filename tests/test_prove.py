@@ -1,0 +1,41 @@
+"""Every registered identity is proved by every path; every mutant is rejected by every path."""
+import pytest
+from conftest import equality_mutants, identities, identity_ids, part_of
+
+from derive.prove import PATHS, run_path
+from derive.stage import PROFILES
+
+OPTIONS = {"grid": list(PROFILES["quick"].grid), "points": 2, "seed": 0, "budget_s": 120}
+MUTANT_OPTIONS = dict(OPTIONS, grid=list(PROFILES["quick"].mutant_grid))
+
+
+@pytest.mark.parametrize("path", PATHS)
+@pytest.mark.parametrize("masked", [False, True], ids=["unmasked", "masked"])
+@pytest.mark.parametrize("claim,identity", identities(), ids=identity_ids())
+def test_identity_is_proved(claim, identity, path, masked):
+    out = run_path(path, identity, masked, claim.id, OPTIONS)
+    assert out.equal, out.measured
+    assert not out.error
+
+
+@pytest.mark.parametrize("path", PATHS)
+@pytest.mark.parametrize("mutant", equality_mutants(), ids=lambda m: m.id)
+def test_mutant_is_rejected(mutant, path):
+    out = run_path(path, part_of(mutant), True, mutant.id, MUTANT_OPTIONS, mutant.derived, mutant.closed)
+    assert not out.equal, f"{mutant.id} accepted by {path}: {out.measured}"
+    assert not out.error, out.error
+
+
+def test_masked_baseline_mutant_is_only_wrong_under_a_mask():
+    """The mask-only mistake must be invisible without a mask: the paths are not just saying no."""
+    mutant = next(m for m in equality_mutants() if m.id == "M5-masked-baseline")
+    for path in PATHS:
+        out = run_path(path, part_of(mutant), False, mutant.id, MUTANT_OPTIONS, mutant.derived, mutant.closed)
+        assert out.equal, (path, out.measured)
+
+
+def test_a_proof_over_budget_fails_with_the_reason():
+    claim_identity = next((c, p) for c, p in identities() if c.id == "C8" and p.name == "W_Q")
+    out = run_path("general", claim_identity[1], True, "C8", dict(OPTIONS, budget_s=0.005))
+    assert not out.equal
+    assert "ProofTimeout" in out.measured and "budget" in out.measured
