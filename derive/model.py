@@ -68,14 +68,13 @@ class Setting:
 
 
 def memo(method):
-    """Cache a model quantity per index tuple (quantities are pure functions of their indices)."""
+    """Cache a model quantity per index tuple (quantities are pure functions of their indices).
+
+    Backends may intercept through `_quantity` (the code generator materialises quantities)."""
 
     @functools.wraps(method)
     def cached(self, *ix):
-        key = (method.__name__, ix)
-        if key not in self._cache:
-            self._cache[key] = method(self, *ix)
-        return self._cache[key]
+        return self._quantity(method.__name__, ix, lambda *args: method(self, *args))
 
     return cached
 
@@ -119,6 +118,12 @@ class AttentionModel:
     def delta(self, i, j):  # pragma: no cover - abstract
         raise NotImplementedError
 
+    def _quantity(self, name, ix, compute):
+        key = (name, ix)
+        if key not in self._cache:
+            self._cache[key] = compute(*ix)
+        return self._cache[key]
+
     # -- typed access ----------------------------------------------------------------------
     def leaf(self, name, *ix):
         """An entry of a named quantity, after checking each index's range."""
@@ -150,18 +155,23 @@ class AttentionModel:
         """M_ij: 1 where position i may attend to j (free 0/1 symbol when masked)."""
         return self.mask_entry(i, j) if self.setting.masked else 1
 
+    def _projected(self, name, weight, i, a):
+        """q, k, v are leaves, or X W_Q, X W_K, X W_V at the parameter level."""
+        if self.setting.level == "params":
+            return self.sum("dx", lambda x: self.leaf("X", i, x) * self.leaf(weight, x, a))
+        return self.leaf(name, i, a)
+
     @memo
-    def x_proj(self, name, weight, i, a):
-        return self.sum("dx", lambda x: self.leaf("X", i, x) * self.leaf(weight, x, a))
-
     def q(self, i, a):
-        return self.x_proj("q", "WQ", i, a) if self.setting.level == "params" else self.leaf("q", i, a)
+        return self._projected("q", "WQ", i, a)
 
+    @memo
     def k(self, j, a):
-        return self.x_proj("k", "WK", j, a) if self.setting.level == "params" else self.leaf("k", j, a)
+        return self._projected("k", "WK", j, a)
 
+    @memo
     def v(self, j, a):
-        return self.x_proj("v", "WV", j, a) if self.setting.level == "params" else self.leaf("v", j, a)
+        return self._projected("v", "WV", j, a)
 
     @memo
     def s(self, i, j):
@@ -252,6 +262,11 @@ class AttentionModel:
     def dK(self, j, a):
         """C4: dL/dk_j = c sum_i dS_ij q_i."""
         return self.c * self.sum("n", lambda i: self.dS(i, j) * self.q(i, a))
+
+    @memo
+    def baseline_fused(self, i):
+        """u_i . o_i: the baseline without the n x n sum (C1, identity "fused baseline")."""
+        return self.sum("dv", lambda a: self.u(i, a) * self.o(i, a))
 
     @memo
     def responsibility(self, j):

@@ -43,7 +43,10 @@ register(Claim(
     statement=r"\frac{\partial L}{\partial s_{ij}} = \alpha_{ij}\Big(b_{ij} - \sum_k \alpha_{ik} b_{ik}\Big)",
     ref="PAPER.md C1: advantage-based routing (the baseline is E_{alpha_i}[b])",
     parts=(Identity("main", ("n", "n"), "scores", lambda m, i, j: m.derived_grad("s", i, j),
-                    lambda m, i, j: m.dS(i, j), r"\partial L/\partial s_{ij} = \alpha_{ij}(b_{ij}-\bar b_i)"),),
+                    lambda m, i, j: m.dS(i, j), r"\partial L/\partial s_{ij} = \alpha_{ij}(b_{ij}-\bar b_i)"),
+           # The generated code computes the baseline this way: O(n d) instead of O(n^2 d).
+           Identity("fused baseline", ("n",), "scores", lambda m, i: m.baseline(i), lambda m, i: m.baseline_fused(i),
+                    r"\sum_k \alpha_{ik} b_{ik} = u_i\cdot o_i")),
     mutants=(
         Mutant("M1-drop-baseline", "C1", "main", "baseline dropped: alpha_ij b_ij",
                lambda m, i, j: m.alpha(i, j) * m.b(i, j)),

@@ -1,0 +1,374 @@
+"""Emit torch code from the proven closed forms: `python -m derive.codegen [--write | --check]`.
+
+The claims' closed forms are interpreted by `CodegenBackend`, a `GeneralBackend` that
+*materialises* the model's named quantities (alpha, b, dS, ...): each becomes one line
+`name = <torch expression>` printed from the very SymPy expression the general-size proof uses,
+and later lines refer to it by name. Derived gradients (dL/dx) become inputs `grad_x`, filled by
+torch.autograd in the numeric checks. The output is `numeric/generated/attention.py`.
+"""
+from __future__ import annotations
+
+import argparse
+import sys
+from dataclasses import dataclass
+from pathlib import Path
+
+import sympy as sp
+
+from derive import claims as registry
+from derive.general import GeneralBackend
+from derive.model import LEAVES, LEVELS, Setting
+from derive.torch_printer import TorchPrinter, align
+
+GENERATED = Path(__file__).resolve().parents[1] / "numeric" / "generated" / "attention.py"
+COMMAND = "python -m derive.codegen --write"
+
+# Quantities that get their own line (everything else is inlined where it is used).
+MATERIALISE = ("q", "k", "v", "s", "alpha", "o", "z", "p", "u", "b", "baseline", "dS", "dV", "dQ", "dK", "responsibility")
+# Leaf and scalar names in generated code.
+ARG_NAMES = {"U": "u", "WO": "w_o", "Y": "y", "X": "x", "WQ": "w_q", "WK": "w_k", "WV": "w_v", "M": "mask",
+             "Delta": "delta", "c": "scale", "eta": "eta"}
+# Proven identities the generated code uses in place of a definition (claim, part): why it is allowed.
+REWRITES = {"baseline": ("C1", "fused baseline")}
+
+
+class CodegenBackend(GeneralBackend):
+    """Records one definition line per materialised quantity, in dependency order."""
+
+    def __init__(self, setting, inputs=(), context="codegen", rewrites=False):
+        super().__init__(setting, context)
+        self.rewrites = REWRITES if rewrites else {}
+        self.lines = []  # (name, free index symbols, expr)
+        self.defined = set(inputs)
+        self.inputs = tuple(inputs)
+
+    def _quantity(self, name, ix, compute):
+        if name not in MATERIALISE:
+            return compute(*ix)
+        if name not in self.defined:
+            self.defined.add(name)
+            fresh = self.free_indices([self.dim_of(i) for i in ix])
+            expr = self._definition(name, fresh, compute)
+            if not (isinstance(expr, sp.Indexed) and str(expr.base.label) == name and tuple(expr.indices) == tuple(fresh)):
+                self.lines.append((name, tuple(fresh), expr))
+        return sp.IndexedBase(name)[ix]
+
+    def _definition(self, name, fresh, compute):
+        if name in self.rewrites:
+            cid, part = self.rewrites[name]
+            identity = next(p for p in registry.REGISTRY[cid].parts if p.name == part)
+            return identity.closed(self, *fresh)
+        return compute(*fresh)
+
+    def derived_grad(self, name, *ix):
+        if not self._is_free(name):
+            raise ValueError(f"{self.context}: {name} is not free at level {self.setting.level}")
+        return sp.IndexedBase(f"grad_{name}")[ix]
+
+
+@dataclass(frozen=True)
+class Output:
+    name: str
+    build: object  # (model, *free indices) -> expression
+    dims: tuple
+
+
+@dataclass(frozen=True)
+class Kernel:
+    """One generated function: a setting, the quantities given as inputs, the outputs."""
+
+    name: str
+    doc: str
+    level: str
+    loss: str
+    masked: bool
+    outputs: tuple
+    inputs: tuple = ()
+    rewrites: bool = True  # use REWRITES (never in the identity checks that justify them)
+
+
+def _claim_output(name, cid, part):
+    def build(m, *ix):
+        identity = next(p for p in registry.REGISTRY[cid].parts if p.name == part)
+        return identity.closed(m, *ix)
+
+    identity = next(p for p in registry.REGISTRY[cid].parts if p.name == part)
+    return Output(name, build, identity.free)
+
+
+def _quantity_output(name, method, dims):
+    return Output(name, lambda m, *ix: getattr(m, method)(*ix), dims)
+
+
+def api_kernels():
+    """The kernels behind numeric.attention_backward, the full-loss variant and the module."""
+    registry.claims()
+    backward = (_quantity_output("alpha", "alpha", ("n", "n")), _claim_output("B", "C7", "main"),
+                _claim_output("dS", "C1", "main"), _claim_output("dQ", "C3", "main"),
+                _claim_output("dK", "C4", "main"), _claim_output("dV", "C2", "main"))
+    forward = (_quantity_output("alpha", "alpha", ("n", "n")), _quantity_output("o", "o", ("n", "dv")))
+    out = []
+    for masked in (True, False):
+        tag = "masked" if masked else "unmasked"
+        out.append(Kernel(f"attention_forward_{tag}", "alpha and o = alpha v.", "qk", "linear", masked, forward))
+        out.append(Kernel(f"attention_backward_{tag}", "alpha, B (C7), dS = A (C1), dQ (C3), dK (C4), dV (C2).",
+                          "qk", "linear", masked, backward))
+    out.append(Kernel("attention_backward_from_forward", "B, dS, dQ, dK, dV reusing alpha and o from the forward "
+                      "(alpha is zero where masked, so no mask is needed).", "qk", "linear", False,
+                      backward[1:], inputs=("alpha", "o")))
+    out.append(Kernel("attention_grads_from_forward", "dQ, dK, dV only (the module's backward: B and dS die "
+                      "early, so their buffers are reused).", "qk", "linear", False, backward[3:], inputs=("alpha", "o")))
+    out.append(Kernel("readout_backward", "p, u = dL/do (C5), dL/dW_O (C8) and the mean CE loss.", "readout", "ce", False,
+                      (_quantity_output("p", "p", ("n", "m")), _claim_output("u", "C5", "main"),
+                       _claim_output("dW_O", "C8", "W_O"), Output("loss", lambda m: m.loss(), ()))))
+    out.append(Kernel("params_backward", "dL/dW_Q, dL/dW_K, dL/dW_V (C8) from dQ, dK, dV.", "params", "linear", False,
+                      (_claim_output("dW_Q", "C8", "W_Q"), _claim_output("dW_K", "C8", "W_K"),
+                       _claim_output("dW_V", "C8", "W_V")), inputs=("dQ", "dK", "dV")))
+    return out
+
+
+def _fn_name(*parts):
+    return "_".join("".join(ch if ch.isalnum() else "_" for ch in p).strip("_").lower() for p in parts)
+
+
+def check_kernels():
+    """Per identity and per mutant: a function returning (derived side, closed side)."""
+    out = []
+    for claim in registry.claims():
+        for identity in claim.parts:
+            out.append(_pair_kernel(_fn_name("identity", claim.id, identity.name), identity, identity.derived,
+                                    identity.closed, f"{claim.id} / {identity.name}"))
+        for m in claim.mutants:
+            if m.constant is None:
+                identity = next(p for p in claim.parts if p.name == m.part)
+                out.append(_pair_kernel(_fn_name("mutant", m.id), identity, m.derived or identity.derived,
+                                        m.closed, f"negative control {m.id}: {m.description}"))
+    return out
+
+
+def _pair_kernel(name, identity, derived, closed, doc):
+    outs = (Output("derived", derived, identity.free), Output("closed", closed, identity.free))
+    return Kernel(name, f"{doc} (derived side with autograd inputs grad_*, closed side).", identity.level, "ce", True, outs,
+                  rewrites=False)
+
+
+def emit_kernel(kernel: Kernel) -> str:
+    m = CodegenBackend(Setting(kernel.level, kernel.loss, kernel.masked), kernel.inputs, kernel.name, kernel.rewrites)
+    results = []
+    for out in kernel.outputs:
+        ix = m.free_indices(out.dims)
+        results.append((out, tuple(ix), out.build(m, *ix)))
+    names = _names(m, results)
+    sizes = _sizes(names["__args__"])
+    printer = TorchPrinter({k: v for k, v in names.items() if k != "__args__"}, sizes["code"], m.index_dims)
+    body = []
+    last_use = _last_uses(m.lines, results)
+    temporaries = {name for name, _, _ in m.lines}  # never an argument: inputs are not overwritten
+    for t, (name, fresh, expr) in enumerate(m.lines):
+        dead = {label for label, last in last_use.items() if last == t and label in temporaries}
+        code = _inplace(printer, expr, fresh, dead) or _line(printer, expr, fresh)
+        if code != name:
+            body.append(f"    {name} = {code}  # {_shape(fresh, m)}")
+    returned = []
+    for out, ix, expr in results:
+        code = _line(printer, expr, ix) if expr != 0 else "0"
+        if code != out.name:
+            body.append(f"    {out.name} = {code}  # {_shape(ix, m)}")
+        returned.append(out.name)
+    return _assemble(kernel, names["__args__"], sizes, body, returned)
+
+
+def _labels(expr):
+    return {str(x.base.label) for x in sp.sympify(expr).atoms(sp.Indexed)}
+
+
+def _last_uses(lines, results):
+    """Index of the last line reading each materialised name (outputs count as reading last)."""
+    last = {}
+    for t, (_, _, expr) in enumerate(lines):
+        for label in _labels(expr):
+            last[label] = t
+    for _, _, expr in results:
+        for label in _labels(expr):
+            last[label] = len(lines)
+    return last
+
+
+def _inplace(printer, expr, axes, dead):
+    """Reuse the buffer of a temporary that dies on this line: (T + rest) * f -> T.add_(rest).mul_(f),
+    and a softmax of a dead temporary masks it in place. Avoids allocating n x n buffers (on CPU a
+    fresh large buffer costs page faults: the main cost of a naive elementwise line)."""
+    candidates = [x for x in sp.sympify(expr).atoms(sp.Indexed)
+                  if str(x.base.label) in dead and tuple(x.indices) == tuple(axes) and expr.count(x) == 1]
+    code = _line(printer, expr, axes)
+    for t in candidates:
+        label = str(t.base.label)
+        if code.startswith(f"_softmax({label}, "):
+            return code.replace("_softmax(", "_softmax_(", 1)
+        chain = _update_chain(expr, t)
+        if chain is not None:
+            return label + "".join(f".{op}_({_line(printer, arg, axes)})" for op, arg in chain)
+    return None
+
+
+def _update_chain(expr, t):
+    """[(op, operand), ...] turning t into expr by in-place add/mul, or None."""
+    if isinstance(expr, sp.Add) and t in expr.args:
+        return [("add", sp.Add(*[a for a in expr.args if a != t]))]
+    if isinstance(expr, sp.Mul):
+        rest = [f for f in expr.args if f != t]
+        if t in expr.args:
+            return [("mul", sp.Mul(*rest))]
+        for f in expr.args:
+            if isinstance(f, sp.Add) and t in f.args:
+                others = sp.Mul(*[g for g in expr.args if g is not f])
+                return [("add", sp.Add(*[a for a in f.args if a != t])), ("mul", others)]
+    return None
+
+
+def _line(printer, expr, axes):
+    printer.target = tuple(axes)
+    return _unwrap(align(printer.tensor(expr), axes))
+
+
+def _unwrap(code):
+    """Drop one pair of outer parentheses when they enclose the whole expression."""
+    if not (code.startswith("(") and code.endswith(")")):
+        return code
+    depth = 0
+    for pos, ch in enumerate(code):
+        depth += ch == "("
+        depth -= ch == ")"
+        if depth == 0 and pos < len(code) - 1:
+            return code
+    return code[1:-1]
+
+
+ARG_ORDER = ("q", "k", "v", "s", "alpha", "o", "U", "X", "WQ", "WK", "WV", "WO", "Y", "dQ", "dK", "dV", "Delta", "M")
+
+
+def _arg_rank(label):
+    base = label.removeprefix("grad_")
+    rank = ARG_ORDER.index(base) if base in ARG_ORDER else len(ARG_ORDER)
+    return (label.startswith("grad_"), rank, label)
+
+
+def _names(m, results):
+    """Bind every IndexedBase label and scalar to a code name; collect the function's arguments."""
+    exprs = [e for _, _, e in m.lines] + [e for _, _, e in results]
+    labels = set()
+    scalars = set()
+    for e in exprs:
+        e = sp.sympify(e)
+        labels |= {str(x.base.label) for x in e.atoms(sp.Indexed)}
+        scalars |= {s.name for s in e.free_symbols if s.name in ("c", "eta")}
+    defined = {name for name, _, _ in m.lines}
+    names = {label: label for label in defined}
+    args = []
+    for label in sorted(labels - defined, key=_arg_rank):
+        code = ARG_NAMES.get(label, label)
+        names[label] = code
+        args.append((label, code))
+    for s in sorted(scalars):
+        names[s] = ARG_NAMES[s]
+        args.append((s, ARG_NAMES[s]))
+    names["__args__"] = args
+    return names
+
+
+def _sizes(args):
+    code, lines = {}, []
+    for label, name in args:
+        dims = LEAVES.get(label) or LEAVES.get(label.removeprefix("grad_")) or _QUANTITY_DIMS.get(label)
+        for pos, dim in enumerate(dims or ()):
+            if dim not in code:
+                code[dim] = f"{dim}_size"
+                lines.append(f"    {dim}_size = {name}.shape[{pos - len(dims)}]")
+    return {"code": code, "lines": lines}
+
+
+_QUANTITY_DIMS = {"alpha": ("n", "n"), "o": ("n", "dv"), "dQ": ("n", "dk"), "dK": ("n", "dk"), "dV": ("n", "dv")}
+
+
+def _shape(ix, m):
+    from derive.general import SIZE_NAMES
+
+    return "(..., " + ", ".join(SIZE_NAMES[m.dim_of(i)] for i in ix) + ")" if ix else "scalar"
+
+
+def _assemble(kernel, args, sizes, body, returned):
+    tensors = [name for label, name in args if label not in ("c", "eta")]
+    signature = ", ".join(name for _, name in args)
+    head = [f"def {kernel.name}({signature}):", f'    """{kernel.doc}"""']
+    used = "\n".join(body)
+    prelude = [line for line in sizes["lines"] if line.split("=")[0].strip() in used]
+    if "_like" in used:
+        prelude.append(f"    _like = dict(dtype={tensors[0]}.dtype, device={tensors[0]}.device)")
+    ret = f"    return {returned[0]}" if len(returned) == 1 else "    return " + ", ".join(returned)
+    return "\n".join(head + prelude + body + [ret]) + "\n"
+
+
+HEADER = f'''# GENERATED FILE: do not edit. Regenerate with `{COMMAND}`.
+# Emitted by derive/codegen.py from the closed forms of the claim registry (derive/paper_claims.py),
+# the same SymPy objects the derivation engine proves. The codegen stage fails when this file
+# differs from a fresh emission.
+"""Torch kernels generated from the proven closed forms of the claims (see derive/codegen.py)."""
+import torch
+
+
+def _recip(x):
+    """1/x with 1/0 := 0, so a fully masked row has zero attention and zero gradients."""
+    if not torch.is_tensor(x):
+        return 1 / x
+    return torch.where(x == 0, torch.zeros_like(x), 1 / x)
+
+
+def _softmax(x, mask, dim, inplace=False):
+    """The softmax pattern M e^x / sum M e^x, max-shifted (torch.softmax); fully masked rows give 0."""
+    if mask is None:
+        return torch.softmax(x, dim)
+    blocked = mask == 0
+    x = x.masked_fill_(blocked, float("-inf")) if inplace else x.masked_fill(blocked, float("-inf"))
+    out = torch.softmax(x, dim)
+    if bool(blocked.all(dim).any()):  # some row has nothing to attend to: 0/0 -> 0
+        out = out.nan_to_num_(0.0)
+    return out
+
+
+def _softmax_(x, mask, dim):
+    """_softmax that may overwrite x (a temporary that dies on this line)."""
+    return _softmax(x, mask, dim, inplace=True)
+'''
+
+
+def emit() -> str:
+    kernels = api_kernels() + check_kernels()
+    return HEADER + "".join("\n\n" + emit_kernel(k) for k in kernels)
+
+
+def main(argv=None):
+    p = argparse.ArgumentParser(prog="python -m derive.codegen", description="emit numeric/generated/attention.py")
+    g = p.add_mutually_exclusive_group()
+    g.add_argument("--write", action="store_true", help="write the generated file")
+    g.add_argument("--check", action="store_true", help="exit 1 when the committed file is stale")
+    args = p.parse_args(argv)
+    text = emit()
+    if args.write:
+        GENERATED.parent.mkdir(parents=True, exist_ok=True)
+        (GENERATED.parent / "__init__.py").touch()
+        GENERATED.write_text(text)
+        print(f"wrote {GENERATED}")
+        return 0
+    fresh = GENERATED.exists() and GENERATED.read_text() == text
+    if args.check:
+        print("fresh" if fresh else f"stale: run `{COMMAND}`")
+        return 0 if fresh else 1
+    sys.stdout.write(text)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
+
+
+__all__ = ["LEVELS", "emit", "api_kernels", "check_kernels", "CodegenBackend"]

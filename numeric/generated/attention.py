@@ -1,0 +1,576 @@
+# GENERATED FILE: do not edit. Regenerate with `python -m derive.codegen --write`.
+# Emitted by derive/codegen.py from the closed forms of the claim registry (derive/paper_claims.py),
+# the same SymPy objects the derivation engine proves. The codegen stage fails when this file
+# differs from a fresh emission.
+"""Torch kernels generated from the proven closed forms of the claims (see derive/codegen.py)."""
+import torch
+
+
+def _recip(x):
+    """1/x with 1/0 := 0, so a fully masked row has zero attention and zero gradients."""
+    if not torch.is_tensor(x):
+        return 1 / x
+    return torch.where(x == 0, torch.zeros_like(x), 1 / x)
+
+
+def _softmax(x, mask, dim, inplace=False):
+    """The softmax pattern M e^x / sum M e^x, max-shifted (torch.softmax); fully masked rows give 0."""
+    if mask is None:
+        return torch.softmax(x, dim)
+    blocked = mask == 0
+    x = x.masked_fill_(blocked, float("-inf")) if inplace else x.masked_fill(blocked, float("-inf"))
+    out = torch.softmax(x, dim)
+    if bool(blocked.all(dim).any()):  # some row has nothing to attend to: 0/0 -> 0
+        out = out.nan_to_num_(0.0)
+    return out
+
+
+def _softmax_(x, mask, dim):
+    """_softmax that may overwrite x (a temporary that dies on this line)."""
+    return _softmax(x, mask, dim, inplace=True)
+
+
+def attention_forward_masked(q, k, v, mask, scale):
+    """alpha and o = alpha v."""
+    s = q @ (scale * k).mT  # (..., n, n)
+    alpha = _softmax_(s, mask, dim=-1)  # (..., n, n)
+    o = alpha @ v  # (..., n, d_v)
+    return alpha, o
+
+
+def attention_backward_masked(q, k, v, u, mask, scale):
+    """alpha, B (C7), dS = A (C1), dQ (C3), dK (C4), dV (C2)."""
+    s = q @ (scale * k).mT  # (..., n, n)
+    alpha = _softmax_(s, mask, dim=-1)  # (..., n, n)
+    b = u @ v.mT  # (..., n, n)
+    o = alpha @ v  # (..., n, d_v)
+    baseline = (o * u).sum(dim=-1)  # (..., n)
+    dS = ((-baseline)[..., :, None] + b) * alpha  # (..., n, n)
+    dQ = dS @ (scale * k)  # (..., n, d_k)
+    dK = dS.mT @ (scale * q)  # (..., n, d_k)
+    dV = alpha.mT @ u  # (..., n, d_v)
+    B = b  # (..., n, n)
+    return alpha, B, dS, dQ, dK, dV
+
+
+def attention_forward_unmasked(q, k, v, scale):
+    """alpha and o = alpha v."""
+    s = q @ (scale * k).mT  # (..., n, n)
+    alpha = _softmax_(s, None, dim=-1)  # (..., n, n)
+    o = alpha @ v  # (..., n, d_v)
+    return alpha, o
+
+
+def attention_backward_unmasked(q, k, v, u, scale):
+    """alpha, B (C7), dS = A (C1), dQ (C3), dK (C4), dV (C2)."""
+    s = q @ (scale * k).mT  # (..., n, n)
+    alpha = _softmax_(s, None, dim=-1)  # (..., n, n)
+    b = u @ v.mT  # (..., n, n)
+    o = alpha @ v  # (..., n, d_v)
+    baseline = (o * u).sum(dim=-1)  # (..., n)
+    dS = ((-baseline)[..., :, None] + b) * alpha  # (..., n, n)
+    dQ = dS @ (scale * k)  # (..., n, d_k)
+    dK = dS.mT @ (scale * q)  # (..., n, d_k)
+    dV = alpha.mT @ u  # (..., n, d_v)
+    B = b  # (..., n, n)
+    return alpha, B, dS, dQ, dK, dV
+
+
+def attention_backward_from_forward(q, k, v, alpha, o, u, scale):
+    """B, dS, dQ, dK, dV reusing alpha and o from the forward (alpha is zero where masked, so no mask is needed)."""
+    b = u @ v.mT  # (..., n, n)
+    baseline = (o * u).sum(dim=-1)  # (..., n)
+    dS = ((-baseline)[..., :, None] + b) * alpha  # (..., n, n)
+    dQ = dS @ (scale * k)  # (..., n, d_k)
+    dK = dS.mT @ (scale * q)  # (..., n, d_k)
+    dV = alpha.mT @ u  # (..., n, d_v)
+    B = b  # (..., n, n)
+    return B, dS, dQ, dK, dV
+
+
+def attention_grads_from_forward(q, k, v, alpha, o, u, scale):
+    """dQ, dK, dV only (the module's backward: B and dS die early, so their buffers are reused)."""
+    b = u @ v.mT  # (..., n, n)
+    baseline = (o * u).sum(dim=-1)  # (..., n)
+    dS = b.add_((-baseline)[..., :, None]).mul_(alpha)  # (..., n, n)
+    dQ = dS @ (scale * k)  # (..., n, d_k)
+    dK = dS.mT @ (scale * q)  # (..., n, d_k)
+    dV = alpha.mT @ u  # (..., n, d_v)
+    return dQ, dK, dV
+
+
+def readout_backward(o, w_o, y):
+    """p, u = dL/do (C5), dL/dW_O (C8) and the mean CE loss."""
+    n_size = o.shape[-2]
+    z = o @ w_o  # (..., n, m)
+    p = _softmax(z, None, dim=-1)  # (..., n, m)
+    u = ((-y) + p) @ (_recip(n_size) * w_o).mT  # (..., n, d_v)
+    dW_O = o.mT @ (_recip(n_size) * ((-torch.einsum("...ab->...ba", y)) + torch.einsum("...ab->...ba", p))).mT  # (..., d_v, m)
+    loss = ((_recip(n_size) * (((-1 * y) * z).sum(dim=-1) + torch.logsumexp(z, dim=-1)))).sum(dim=-1)  # scalar
+    return p, u, dW_O, loss
+
+
+def params_backward(x, dQ, dK, dV):
+    """dL/dW_Q, dL/dW_K, dL/dW_V (C8) from dQ, dK, dV."""
+    dW_Q = x.mT @ dQ  # (..., d_x, d_k)
+    dW_K = x.mT @ dK  # (..., d_x, d_k)
+    dW_V = x.mT @ dV  # (..., d_x, d_v)
+    return dW_Q, dW_K, dW_V
+
+
+def identity_c1_main(v, s, w_o, y, mask, grad_s):
+    """C1 / main (derived side with autograd inputs grad_*, closed side)."""
+    n_size = v.shape[-2]
+    alpha = _softmax(s, mask, dim=-1)  # (..., n, n)
+    o = alpha @ v  # (..., n, d_v)
+    z = o @ w_o  # (..., n, m)
+    p = _softmax_(z, None, dim=-1)  # (..., n, m)
+    u = ((-y) + p) @ (_recip(n_size) * w_o).mT  # (..., n, d_v)
+    b = u @ v.mT  # (..., n, n)
+    baseline = (alpha * b).sum(dim=-1)  # (..., n)
+    dS = b.add_((-baseline)[..., :, None]).mul_(alpha)  # (..., n, n)
+    derived = grad_s  # (..., n, n)
+    closed = dS  # (..., n, n)
+    return derived, closed
+
+
+def identity_c1_fused_baseline(v, s, w_o, y, mask):
+    """C1 / fused baseline (derived side with autograd inputs grad_*, closed side)."""
+    n_size = v.shape[-2]
+    alpha = _softmax(s, mask, dim=-1)  # (..., n, n)
+    o = alpha @ v  # (..., n, d_v)
+    z = o @ w_o  # (..., n, m)
+    p = _softmax_(z, None, dim=-1)  # (..., n, m)
+    u = ((-y) + p) @ (_recip(n_size) * w_o).mT  # (..., n, d_v)
+    b = u @ v.mT  # (..., n, n)
+    baseline = (alpha * b).sum(dim=-1)  # (..., n)
+    derived = baseline  # (..., n)
+    closed = (o * u).sum(dim=-1)  # (..., n)
+    return derived, closed
+
+
+def mutant_m1_drop_baseline(v, s, w_o, y, mask, grad_s):
+    """negative control M1-drop-baseline: baseline dropped: alpha_ij b_ij (derived side with autograd inputs grad_*, closed side)."""
+    n_size = v.shape[-2]
+    alpha = _softmax(s, mask, dim=-1)  # (..., n, n)
+    o = alpha @ v  # (..., n, d_v)
+    z = o @ w_o  # (..., n, m)
+    p = _softmax_(z, None, dim=-1)  # (..., n, m)
+    u = ((-y) + p) @ (_recip(n_size) * w_o).mT  # (..., n, d_v)
+    b = u @ v.mT  # (..., n, n)
+    derived = grad_s  # (..., n, n)
+    closed = alpha * b  # (..., n, n)
+    return derived, closed
+
+
+def mutant_m2_uniform_baseline(v, s, w_o, y, mask, grad_s):
+    """negative control M2-uniform-baseline: uniform instead of alpha-weighted baseline (derived side with autograd inputs grad_*, closed side)."""
+    n_size = v.shape[-2]
+    alpha = _softmax(s, mask, dim=-1)  # (..., n, n)
+    o = alpha @ v  # (..., n, d_v)
+    z = o @ w_o  # (..., n, m)
+    p = _softmax_(z, None, dim=-1)  # (..., n, m)
+    u = ((-y) + p) @ (_recip(n_size) * w_o).mT  # (..., n, d_v)
+    b = u @ v.mT  # (..., n, n)
+    derived = grad_s  # (..., n, n)
+    closed = (((-1 * _recip(n_size) * b)).sum(dim=-1)[..., :, None] + b) * alpha  # (..., n, n)
+    return derived, closed
+
+
+def mutant_m3_drop_alpha(v, s, w_o, y, mask, grad_s):
+    """negative control M3-drop-alpha: alpha factor dropped: b_ij - E[b] (derived side with autograd inputs grad_*, closed side)."""
+    n_size = v.shape[-2]
+    alpha = _softmax(s, mask, dim=-1)  # (..., n, n)
+    o = alpha @ v  # (..., n, d_v)
+    z = o @ w_o  # (..., n, m)
+    p = _softmax_(z, None, dim=-1)  # (..., n, m)
+    u = ((-y) + p) @ (_recip(n_size) * w_o).mT  # (..., n, d_v)
+    b = u @ v.mT  # (..., n, n)
+    baseline = (alpha * b).sum(dim=-1)  # (..., n)
+    derived = grad_s  # (..., n, n)
+    closed = (-baseline)[..., :, None] + b  # (..., n, n)
+    return derived, closed
+
+
+def mutant_m4_flip_sign(v, s, w_o, y, mask, grad_s):
+    """negative control M4-flip-sign: sign flipped (derived side with autograd inputs grad_*, closed side)."""
+    n_size = v.shape[-2]
+    alpha = _softmax(s, mask, dim=-1)  # (..., n, n)
+    o = alpha @ v  # (..., n, d_v)
+    z = o @ w_o  # (..., n, m)
+    p = _softmax_(z, None, dim=-1)  # (..., n, m)
+    u = ((-y) + p) @ (_recip(n_size) * w_o).mT  # (..., n, d_v)
+    b = u @ v.mT  # (..., n, n)
+    baseline = (alpha * b).sum(dim=-1)  # (..., n)
+    dS = b.add_((-baseline)[..., :, None]).mul_(alpha)  # (..., n, n)
+    derived = grad_s  # (..., n, n)
+    closed = -dS  # (..., n, n)
+    return derived, closed
+
+
+def mutant_m5_masked_baseline(v, s, w_o, y, mask, grad_s):
+    """negative control M5-masked-baseline: masked positions included in the baseline (derived side with autograd inputs grad_*, closed side)."""
+    n_size = v.shape[-2]
+    alpha = _softmax(s, mask, dim=-1)  # (..., n, n)
+    o = alpha @ v  # (..., n, d_v)
+    z = o @ w_o  # (..., n, m)
+    p = _softmax_(z, None, dim=-1)  # (..., n, m)
+    u = ((-y) + p) @ (_recip(n_size) * w_o).mT  # (..., n, d_v)
+    b = u @ v.mT  # (..., n, n)
+    derived = grad_s  # (..., n, n)
+    closed = (((-1 * _softmax(s, None, dim=-1)) * b).sum(dim=-1)[..., :, None] + b) * alpha  # (..., n, n)
+    return derived, closed
+
+
+def identity_c2_main(v, s, w_o, y, mask, grad_v):
+    """C2 / main (derived side with autograd inputs grad_*, closed side)."""
+    n_size = v.shape[-2]
+    alpha = _softmax(s, mask, dim=-1)  # (..., n, n)
+    o = alpha @ v  # (..., n, d_v)
+    z = o @ w_o  # (..., n, m)
+    p = _softmax_(z, None, dim=-1)  # (..., n, m)
+    u = ((-y) + p) @ (_recip(n_size) * w_o).mT  # (..., n, d_v)
+    dV = alpha.mT @ u  # (..., n, d_v)
+    derived = grad_v  # (..., n, d_v)
+    closed = dV  # (..., n, d_v)
+    return derived, closed
+
+
+def mutant_m6_wrong_index(v, s, w_o, y, mask, grad_v):
+    """negative control M6-wrong-index: sum over the wrong index: sum_i alpha_ji u_i (derived side with autograd inputs grad_*, closed side)."""
+    n_size = v.shape[-2]
+    alpha = _softmax(s, mask, dim=-1)  # (..., n, n)
+    o = alpha @ v  # (..., n, d_v)
+    z = o @ w_o  # (..., n, m)
+    p = _softmax_(z, None, dim=-1)  # (..., n, m)
+    u = ((-y) + p) @ (_recip(n_size) * w_o).mT  # (..., n, d_v)
+    derived = grad_v  # (..., n, d_v)
+    closed = alpha @ u  # (..., n, d_v)
+    return derived, closed
+
+
+def identity_c3_main(q, k, v, w_o, y, mask, grad_q, scale):
+    """C3 / main (derived side with autograd inputs grad_*, closed side)."""
+    n_size = q.shape[-2]
+    s = q @ (scale * k).mT  # (..., n, n)
+    alpha = _softmax_(s, mask, dim=-1)  # (..., n, n)
+    o = alpha @ v  # (..., n, d_v)
+    z = o @ w_o  # (..., n, m)
+    p = _softmax_(z, None, dim=-1)  # (..., n, m)
+    u = ((-y) + p) @ (_recip(n_size) * w_o).mT  # (..., n, d_v)
+    b = u @ v.mT  # (..., n, n)
+    baseline = (alpha * b).sum(dim=-1)  # (..., n)
+    dS = b.add_((-baseline)[..., :, None]).mul_(alpha)  # (..., n, n)
+    dQ = dS @ (scale * k)  # (..., n, d_k)
+    derived = grad_q  # (..., n, d_k)
+    closed = dQ  # (..., n, d_k)
+    return derived, closed
+
+
+def mutant_m7_lose_scale(q, k, v, w_o, y, mask, grad_q, scale):
+    """negative control M7-lose-scale: scale c lost (derived side with autograd inputs grad_*, closed side)."""
+    n_size = q.shape[-2]
+    s = q @ (scale * k).mT  # (..., n, n)
+    alpha = _softmax_(s, mask, dim=-1)  # (..., n, n)
+    o = alpha @ v  # (..., n, d_v)
+    z = o @ w_o  # (..., n, m)
+    p = _softmax_(z, None, dim=-1)  # (..., n, m)
+    u = ((-y) + p) @ (_recip(n_size) * w_o).mT  # (..., n, d_v)
+    b = u @ v.mT  # (..., n, n)
+    baseline = (alpha * b).sum(dim=-1)  # (..., n)
+    dS = b.add_((-baseline)[..., :, None]).mul_(alpha)  # (..., n, n)
+    derived = grad_q  # (..., n, d_k)
+    closed = dS @ k  # (..., n, d_k)
+    return derived, closed
+
+
+def mutant_m8_transpose_qk(q, k, v, w_o, y, mask, grad_q, scale):
+    """negative control M8-transpose-qk: q/k roles transposed: c sum_j dS_ji k_j (derived side with autograd inputs grad_*, closed side)."""
+    n_size = q.shape[-2]
+    s = q @ (scale * k).mT  # (..., n, n)
+    alpha = _softmax_(s, mask, dim=-1)  # (..., n, n)
+    o = alpha @ v  # (..., n, d_v)
+    z = o @ w_o  # (..., n, m)
+    p = _softmax_(z, None, dim=-1)  # (..., n, m)
+    u = ((-y) + p) @ (_recip(n_size) * w_o).mT  # (..., n, d_v)
+    b = u @ v.mT  # (..., n, n)
+    baseline = (alpha * b).sum(dim=-1)  # (..., n)
+    dS = b.add_((-baseline)[..., :, None]).mul_(alpha)  # (..., n, n)
+    derived = grad_q  # (..., n, d_k)
+    closed = dS.mT @ (scale * k)  # (..., n, d_k)
+    return derived, closed
+
+
+def identity_c4_main(q, k, v, w_o, y, mask, grad_k, scale):
+    """C4 / main (derived side with autograd inputs grad_*, closed side)."""
+    n_size = q.shape[-2]
+    s = q @ (scale * k).mT  # (..., n, n)
+    alpha = _softmax_(s, mask, dim=-1)  # (..., n, n)
+    o = alpha @ v  # (..., n, d_v)
+    z = o @ w_o  # (..., n, m)
+    p = _softmax_(z, None, dim=-1)  # (..., n, m)
+    u = ((-y) + p) @ (_recip(n_size) * w_o).mT  # (..., n, d_v)
+    b = u @ v.mT  # (..., n, n)
+    baseline = (alpha * b).sum(dim=-1)  # (..., n)
+    dS = b.add_((-baseline)[..., :, None]).mul_(alpha)  # (..., n, n)
+    dK = dS.mT @ (scale * q)  # (..., n, d_k)
+    derived = grad_k  # (..., n, d_k)
+    closed = dK  # (..., n, d_k)
+    return derived, closed
+
+
+def mutant_m9_transpose_qk(q, k, v, w_o, y, mask, grad_k, scale):
+    """negative control M9-transpose-qk: q/k roles transposed: c sum_i dS_ij k_i (derived side with autograd inputs grad_*, closed side)."""
+    n_size = q.shape[-2]
+    s = q @ (scale * k).mT  # (..., n, n)
+    alpha = _softmax_(s, mask, dim=-1)  # (..., n, n)
+    o = alpha @ v  # (..., n, d_v)
+    z = o @ w_o  # (..., n, m)
+    p = _softmax_(z, None, dim=-1)  # (..., n, m)
+    u = ((-y) + p) @ (_recip(n_size) * w_o).mT  # (..., n, d_v)
+    b = u @ v.mT  # (..., n, n)
+    baseline = (alpha * b).sum(dim=-1)  # (..., n)
+    dS = b.add_((-baseline)[..., :, None]).mul_(alpha)  # (..., n, n)
+    derived = grad_k  # (..., n, d_k)
+    closed = dS.mT @ (scale * k)  # (..., n, d_k)
+    return derived, closed
+
+
+def identity_c5_main(o, w_o, y, grad_o):
+    """C5 / main (derived side with autograd inputs grad_*, closed side)."""
+    n_size = o.shape[-2]
+    z = o @ w_o  # (..., n, m)
+    p = _softmax_(z, None, dim=-1)  # (..., n, m)
+    u = ((-y) + p) @ (_recip(n_size) * w_o).mT  # (..., n, d_v)
+    derived = grad_o  # (..., n, d_v)
+    closed = u  # (..., n, d_v)
+    return derived, closed
+
+
+def mutant_m10_lose_1_t(o, w_o, y, grad_o):
+    """negative control M10-lose-1/T: 1/T lost (derived side with autograd inputs grad_*, closed side)."""
+    z = o @ w_o  # (..., n, m)
+    p = _softmax_(z, None, dim=-1)  # (..., n, m)
+    derived = grad_o  # (..., n, d_v)
+    closed = ((-y) + p) @ w_o.mT  # (..., n, d_v)
+    return derived, closed
+
+
+def identity_c6_main(grad_s):
+    """C6 / main (derived side with autograd inputs grad_*, closed side)."""
+    derived = (grad_s).sum(dim=-1)  # (..., n)
+    closed = 0  # (..., n)
+    return derived, closed
+
+
+def mutant_m11_baseline_not_cancelled(v, s, w_o, y, mask, grad_s):
+    """negative control M11-baseline-not-cancelled: zero-sum claimed to equal the baseline (derived side with autograd inputs grad_*, closed side)."""
+    n_size = v.shape[-2]
+    alpha = _softmax(s, mask, dim=-1)  # (..., n, n)
+    o = alpha @ v  # (..., n, d_v)
+    z = o @ w_o  # (..., n, m)
+    p = _softmax_(z, None, dim=-1)  # (..., n, m)
+    u = ((-y) + p) @ (_recip(n_size) * w_o).mT  # (..., n, d_v)
+    b = u @ v.mT  # (..., n, n)
+    baseline = (alpha * b).sum(dim=-1)  # (..., n)
+    derived = (grad_s).sum(dim=-1)  # (..., n)
+    closed = baseline  # (..., n)
+    return derived, closed
+
+
+def identity_c7_main(v, alpha, w_o, y, grad_alpha):
+    """C7 / main (derived side with autograd inputs grad_*, closed side)."""
+    n_size = v.shape[-2]
+    o = alpha @ v  # (..., n, d_v)
+    z = o @ w_o  # (..., n, m)
+    p = _softmax_(z, None, dim=-1)  # (..., n, m)
+    u = ((-y) + p) @ (_recip(n_size) * w_o).mT  # (..., n, d_v)
+    b = u @ v.mT  # (..., n, n)
+    derived = grad_alpha  # (..., n, n)
+    closed = b  # (..., n, n)
+    return derived, closed
+
+
+def mutant_m12_times_alpha(v, alpha, w_o, y, grad_alpha):
+    """negative control M12-times-alpha: an extra alpha factor: alpha_ij b_ij (derived side with autograd inputs grad_*, closed side)."""
+    n_size = v.shape[-2]
+    o = alpha @ v  # (..., n, d_v)
+    z = o @ w_o  # (..., n, m)
+    p = _softmax_(z, None, dim=-1)  # (..., n, m)
+    u = ((-y) + p) @ (_recip(n_size) * w_o).mT  # (..., n, d_v)
+    b = u @ v.mT  # (..., n, n)
+    derived = grad_alpha  # (..., n, n)
+    closed = alpha * b  # (..., n, n)
+    return derived, closed
+
+
+def identity_c8_w_v(x, w_q, w_k, w_v, w_o, y, mask, grad_WV, scale):
+    """C8 / W_V (derived side with autograd inputs grad_*, closed side)."""
+    n_size = x.shape[-2]
+    q = x @ w_q  # (..., n, d_k)
+    k = x @ w_k  # (..., n, d_k)
+    s = q @ (scale * k).mT  # (..., n, n)
+    alpha = _softmax_(s, mask, dim=-1)  # (..., n, n)
+    v = x @ w_v  # (..., n, d_v)
+    o = alpha @ v  # (..., n, d_v)
+    z = o @ w_o  # (..., n, m)
+    p = _softmax_(z, None, dim=-1)  # (..., n, m)
+    u = ((-y) + p) @ (_recip(n_size) * w_o).mT  # (..., n, d_v)
+    dV = alpha.mT @ u  # (..., n, d_v)
+    derived = grad_WV  # (..., d_x, d_v)
+    closed = x.mT @ dV  # (..., d_x, d_v)
+    return derived, closed
+
+
+def identity_c8_w_q(x, w_q, w_k, w_v, w_o, y, mask, grad_WQ, scale):
+    """C8 / W_Q (derived side with autograd inputs grad_*, closed side)."""
+    n_size = x.shape[-2]
+    q = x @ w_q  # (..., n, d_k)
+    k = x @ w_k  # (..., n, d_k)
+    s = q @ (scale * k).mT  # (..., n, n)
+    alpha = _softmax_(s, mask, dim=-1)  # (..., n, n)
+    v = x @ w_v  # (..., n, d_v)
+    o = alpha @ v  # (..., n, d_v)
+    z = o @ w_o  # (..., n, m)
+    p = _softmax_(z, None, dim=-1)  # (..., n, m)
+    u = ((-y) + p) @ (_recip(n_size) * w_o).mT  # (..., n, d_v)
+    b = u @ v.mT  # (..., n, n)
+    baseline = (alpha * b).sum(dim=-1)  # (..., n)
+    dS = b.add_((-baseline)[..., :, None]).mul_(alpha)  # (..., n, n)
+    dQ = dS @ (scale * k)  # (..., n, d_k)
+    derived = grad_WQ  # (..., d_x, d_k)
+    closed = x.mT @ dQ  # (..., d_x, d_k)
+    return derived, closed
+
+
+def identity_c8_w_k(x, w_q, w_k, w_v, w_o, y, mask, grad_WK, scale):
+    """C8 / W_K (derived side with autograd inputs grad_*, closed side)."""
+    n_size = x.shape[-2]
+    q = x @ w_q  # (..., n, d_k)
+    k = x @ w_k  # (..., n, d_k)
+    s = q @ (scale * k).mT  # (..., n, n)
+    alpha = _softmax_(s, mask, dim=-1)  # (..., n, n)
+    v = x @ w_v  # (..., n, d_v)
+    o = alpha @ v  # (..., n, d_v)
+    z = o @ w_o  # (..., n, m)
+    p = _softmax_(z, None, dim=-1)  # (..., n, m)
+    u = ((-y) + p) @ (_recip(n_size) * w_o).mT  # (..., n, d_v)
+    b = u @ v.mT  # (..., n, n)
+    baseline = (alpha * b).sum(dim=-1)  # (..., n)
+    dS = b.add_((-baseline)[..., :, None]).mul_(alpha)  # (..., n, n)
+    dK = dS.mT @ (scale * q)  # (..., n, d_k)
+    derived = grad_WK  # (..., d_x, d_k)
+    closed = x.mT @ dK  # (..., d_x, d_k)
+    return derived, closed
+
+
+def identity_c8_w_o(o, w_o, y, grad_WO):
+    """C8 / W_O (derived side with autograd inputs grad_*, closed side)."""
+    n_size = o.shape[-2]
+    z = o @ w_o  # (..., n, m)
+    p = _softmax_(z, None, dim=-1)  # (..., n, m)
+    derived = grad_WO  # (..., d_v, m)
+    closed = o.mT @ (_recip(n_size) * ((-torch.einsum("...ab->...ba", y)) + torch.einsum("...ab->...ba", p))).mT  # (..., d_v, m)
+    return derived, closed
+
+
+def mutant_m13_wv_transposed_alpha(x, w_q, w_k, w_v, w_o, y, mask, grad_WV, scale):
+    """negative control M13-WV-transposed-alpha: responsibilities transposed in dL/dW_V (derived side with autograd inputs grad_*, closed side)."""
+    n_size = x.shape[-2]
+    q = x @ w_q  # (..., n, d_k)
+    k = x @ w_k  # (..., n, d_k)
+    s = q @ (scale * k).mT  # (..., n, n)
+    alpha = _softmax_(s, mask, dim=-1)  # (..., n, n)
+    v = x @ w_v  # (..., n, d_v)
+    o = alpha @ v  # (..., n, d_v)
+    z = o @ w_o  # (..., n, m)
+    p = _softmax_(z, None, dim=-1)  # (..., n, m)
+    u = ((-y) + p) @ (_recip(n_size) * w_o).mT  # (..., n, d_v)
+    derived = grad_WV  # (..., d_x, d_v)
+    closed = x.mT @ u.mT @ alpha.mT.mT  # (..., d_x, d_v)
+    return derived, closed
+
+
+def identity_c9_s1_baseline_as_mixture(v, s, w_o, y, mask):
+    """C9 / S1 baseline as mixture (derived side with autograd inputs grad_*, closed side)."""
+    n_size = v.shape[-2]
+    alpha = _softmax(s, mask, dim=-1)  # (..., n, n)
+    o = alpha @ v  # (..., n, d_v)
+    z = o @ w_o  # (..., n, m)
+    p = _softmax_(z, None, dim=-1)  # (..., n, m)
+    u = ((-y) + p) @ (_recip(n_size) * w_o).mT  # (..., n, d_v)
+    b = u @ v.mT  # (..., n, n)
+    baseline = (alpha * b).sum(dim=-1)  # (..., n)
+    derived = (-baseline)[..., :, None] + b  # (..., n, n)
+    closed = torch.einsum("...abc,...ac->...ab", ((-b)[..., :, None, :] + b[..., :, :, None]), alpha)  # (..., n, n)
+    return derived, closed
+
+
+def identity_c9_s2_self_term_vanishes(v, s, w_o, y, mask):
+    """C9 / S2 self term vanishes (derived side with autograd inputs grad_*, closed side)."""
+    n_size = v.shape[-2]
+    _like = dict(dtype=v.dtype, device=v.device)
+    alpha = _softmax(s, mask, dim=-1)  # (..., n, n)
+    o = alpha @ v  # (..., n, d_v)
+    z = o @ w_o  # (..., n, m)
+    p = _softmax_(z, None, dim=-1)  # (..., n, m)
+    u = ((-y) + p) @ (_recip(n_size) * w_o).mT  # (..., n, d_v)
+    b = u @ v.mT  # (..., n, n)
+    derived = torch.einsum("...abc,...ac->...ab", ((-b)[..., :, None, :] + b[..., :, :, None]), alpha)  # (..., n, n)
+    closed = torch.einsum("...ab,...cab,...cb->...ca", (1 + (-torch.einsum("...ab->...ba", torch.eye(n_size, **_like)))), ((-b)[..., :, None, :] + b[..., :, :, None]), alpha)  # (..., n, n)
+    return derived, closed
+
+
+def identity_c9_s3_off_diagonal_mass(s, mask):
+    """C9 / S3 off-diagonal mass (derived side with autograd inputs grad_*, closed side)."""
+    n_size = s.shape[-2]
+    _like = dict(dtype=s.dtype, device=s.device)
+    alpha = _softmax(s, mask, dim=-1)  # (..., n, n)
+    derived = alpha @ (1 + (-torch.eye(n_size, **_like))).mT  # (..., n, n)
+    closed = 1 + (-alpha)  # (..., n, n)
+    return derived, closed
+
+
+def mutant_m14_s1_uniform_weights(v, s, w_o, y, mask):
+    """negative control M14-S1-uniform-weights: mixture with uniform weights (derived side with autograd inputs grad_*, closed side)."""
+    n_size = v.shape[-2]
+    alpha = _softmax(s, mask, dim=-1)  # (..., n, n)
+    o = alpha @ v  # (..., n, d_v)
+    z = o @ w_o  # (..., n, m)
+    p = _softmax_(z, None, dim=-1)  # (..., n, m)
+    u = ((-y) + p) @ (_recip(n_size) * w_o).mT  # (..., n, d_v)
+    b = u @ v.mT  # (..., n, n)
+    baseline = (alpha * b).sum(dim=-1)  # (..., n)
+    derived = (-baseline)[..., :, None] + b  # (..., n, n)
+    closed = ((_recip(n_size) * ((-b)[..., :, None, :] + b[..., :, :, None]))).sum(dim=-1)  # (..., n, n)
+    return derived, closed
+
+
+def identity_c10_completed_square(v, s, w_o, y, delta, mask, grad_v, eta):
+    """C10 / completed square (derived side with autograd inputs grad_*, closed side)."""
+    n_size = v.shape[-2]
+    alpha = _softmax(s, mask, dim=-1)  # (..., n, n)
+    responsibility = torch.einsum("...ab->...b", alpha)  # (..., n)
+    o = alpha @ v  # (..., n, d_v)
+    z = o @ w_o  # (..., n, m)
+    p = _softmax_(z, None, dim=-1)  # (..., n, m)
+    u = ((-y) + p) @ (_recip(n_size) * w_o).mT  # (..., n, d_v)
+    dV = alpha.mT @ u  # (..., n, d_v)
+    derived = torch.einsum("...a,...ab,...ab->...a", (eta * _recip(responsibility)), dV, grad_v) + (0.5 * _recip(eta) * responsibility * (delta.square()).sum(dim=-1)) + ((-1 / 2) * _recip(eta) * responsibility * torch.einsum("...a,...ab->...a", ((eta ** 2) * (_recip(responsibility) ** 2)), dV.square())) + (delta * grad_v).sum(dim=-1)  # (..., n)
+    closed = 0.5 * _recip(eta) * responsibility * (((eta * _recip(responsibility)[..., :, None] * dV) + delta).square()).sum(dim=-1)  # (..., n)
+    return derived, closed
+
+
+def mutant_m16_plain_gradient_step(v, s, w_o, y, delta, mask, grad_v, eta):
+    """negative control M16-plain-gradient-step: step without 1/N_j: -eta sum_i alpha_ij u_i (derived side with autograd inputs grad_*, closed side)."""
+    n_size = v.shape[-2]
+    alpha = _softmax(s, mask, dim=-1)  # (..., n, n)
+    responsibility = torch.einsum("...ab->...b", alpha)  # (..., n)
+    o = alpha @ v  # (..., n, d_v)
+    z = o @ w_o  # (..., n, m)
+    p = _softmax_(z, None, dim=-1)  # (..., n, m)
+    u = ((-y) + p) @ (_recip(n_size) * w_o).mT  # (..., n, d_v)
+    dV = alpha.mT @ u  # (..., n, d_v)
+    derived = ((eta * dV) * grad_v).sum(dim=-1) + (0.5 * _recip(eta) * responsibility * (delta.square()).sum(dim=-1)) + ((-1 / 2) * _recip(eta) * responsibility * (((eta ** 2) * dV.square())).sum(dim=-1)) + (delta * grad_v).sum(dim=-1)  # (..., n)
+    closed = 0.5 * _recip(eta) * responsibility * (((eta * dV) + delta).square()).sum(dim=-1)  # (..., n)
+    return derived, closed
