@@ -214,7 +214,7 @@ def _inplace(printer, expr, axes, dead):
 def _update_chain(expr, t):
     """[(op, operand), ...] turning t into expr by in-place add/mul, or None."""
     if isinstance(expr, sp.Add) and t in expr.args:
-        return [("add", sp.Add(*[a for a in expr.args if a != t]))]
+        return [_add_or_sub(sp.Add(*[a for a in expr.args if a != t]))]
     if isinstance(expr, sp.Mul):
         rest = [f for f in expr.args if f != t]
         if t in expr.args:
@@ -222,8 +222,15 @@ def _update_chain(expr, t):
         for f in expr.args:
             if isinstance(f, sp.Add) and t in f.args:
                 others = sp.Mul(*[g for g in expr.args if g is not f])
-                return [("add", sp.Add(*[a for a in f.args if a != t])), ("mul", others)]
+                return [_add_or_sub(sp.Add(*[a for a in f.args if a != t])), ("mul", others)]
     return None
+
+
+def _add_or_sub(term):
+    """t.sub_(x) rather than t.add_(-x): one allocation fewer."""
+    if term.could_extract_minus_sign():
+        return ("sub", -term)
+    return ("add", term)
 
 
 def _line(printer, expr, axes):

@@ -231,6 +231,8 @@ def _rowsum(tensors, codes, dummies, out):
     axes = tensors[0].axes
     if any(t.axes != axes for t in tensors) or tuple(out) + tuple(dummies) != axes:
         return None
+    if len(dummies) == 1 and len(codes) == 2:
+        return f"torch.linalg.vecdot({codes[0]}, {codes[1]})"
     dims = ", ".join(str(-1 - i) for i in range(len(dummies)))
     return f"({' * '.join(codes)}).sum(dim=({dims},))" if len(dummies) > 1 else f"({' * '.join(codes)}).sum(dim=-1)"
 

@@ -9,6 +9,8 @@ profiler's running sum of allocations (an estimate, labelled as such).
 from __future__ import annotations
 
 import argparse
+import ctypes
+import gc
 import json
 import statistics
 import sys
@@ -17,6 +19,7 @@ from dataclasses import asdict, dataclass
 
 import torch
 
+from numeric.api import attention_backward
 from numeric.module import AttentionCore
 
 SIZES = {"default": (64, 256, 1024), "quick": (64, 256)}
@@ -25,22 +28,22 @@ REPEATS = {"default": {64: 60, 256: 20, 1024: 7}, "quick": {64: 20, 256: 5}}
 
 @dataclass
 class Row:
+    """One size: 'ours' is the drop-in module (autograd.Function around the generated kernels),
+    'api' is numeric.attention_backward (one generated kernel, forward and all gradients)."""
+
     n: int
     causal: bool
     device: str
     dtype: str
     batch: int
     d: int
-    ours_s: float
-    autograd_s: float
-    sdpa_s: float
-    ratio_autograd: float
-    ratio_sdpa: float
-    ours_peak_mb: float
-    autograd_peak_mb: float
-    sdpa_peak_mb: float
+    seconds: dict  # runner -> median seconds
+    peak_mb: dict  # runner -> peak MB
     memory_method: str
     max_rel_diff: float
+
+    def ratio(self, runner, reference):
+        return self.seconds[runner] / self.seconds[reference]
 
 
 def _inputs(batch, n, d, device, dtype, seed=0):
@@ -53,6 +56,12 @@ def run_ours(q, k, v, u, mask, scale):
     q, k, v = (t.detach().requires_grad_(True) for t in (q, k, v))
     AttentionCore.apply(q, k, v, mask, scale).backward(u)
     return q.grad, k.grad, v.grad
+
+
+def run_api(q, k, v, u, mask, scale):
+    """numeric.attention_backward: one generated kernel computing the forward and every gradient."""
+    g = attention_backward(q, k, v, u, mask=mask, scale=scale, validate_inputs=False)
+    return g.dQ, g.dK, g.dV
 
 
 def run_autograd(q, k, v, u, mask, scale):
@@ -70,7 +79,7 @@ def run_sdpa(q, k, v, u, mask, scale):
     return q.grad, k.grad, v.grad
 
 
-RUNNERS = {"ours": run_ours, "autograd": run_autograd, "sdpa": run_sdpa}
+RUNNERS = {"ours": run_ours, "api": run_api, "autograd": run_autograd, "sdpa": run_sdpa}
 
 
 def _sync(device):
@@ -101,56 +110,80 @@ def peak_memory_mb(fn, args, device):
         fn(*args)
         torch.cuda.synchronize()
         return (torch.cuda.max_memory_allocated() - base) / 2**20, "cuda allocator peak"
-    from torch.profiler import ProfilerActivity, profile
+    return _cpu_peak(fn, args)
 
-    with profile(activities=[ProfilerActivity.CPU], profile_memory=True) as prof:
+
+def _status_kb(field):
+    with open("/proc/self/status") as fh:
+        for line in fh:
+            if line.startswith(field + ":"):
+                return int(line.split()[1])
+    raise OSError(f"{field} not in /proc/self/status")
+
+
+def _cpu_peak(fn, args):
+    """Peak resident memory above the baseline (Linux): large blocks are mmapped with a fixed
+    threshold, so freed tensors leave RSS, and VmHWM is reset right before the run."""
+    try:
+        libc = ctypes.CDLL("libc.so.6")
+        libc.mallopt(-3, 128 * 1024)  # M_MMAP_THRESHOLD, fixed (no dynamic growth)
+        gc.collect()
+        libc.malloc_trim(0)  # hand free heap pages back, so reusing them counts as new residency
+        base = _status_kb("VmRSS")
+        with open("/proc/self/clear_refs", "w") as fh:
+            fh.write("5")  # reset VmHWM to the current RSS
         fn(*args)
-    events = sorted((e for e in prof.events() if e.cpu_memory_usage), key=lambda e: e.time_range.start)
-    level = peak = 0
-    for e in events:  # self allocations (+) and frees (-) in time order
-        level += e.self_cpu_memory_usage
-        peak = max(peak, level)
-    return peak / 2**20, "cpu profiler running sum (estimate)"
+        return (_status_kb("VmHWM") - base) / 1024, "peak RSS above baseline (VmHWM)"
+    except OSError:
+        return float("nan"), "unavailable on this platform"
 
 
 def bench_size(n, causal, device, dtype=torch.float32, batch=8, d=64, repeats=7):
     q, k, v, u = _inputs(batch, n, d, device, dtype)
     mask = torch.ones(n, n, dtype=torch.bool, device=device).tril() if causal else None
-    scale = d ** -0.5
-    args = (q, k, v, u, mask, scale)
-    ours, ref = run_ours(*args), run_autograd(*args)
-    diff = max(float((a - b).abs().max() / b.abs().max()) for a, b in zip(ours, ref))
-    t = time_runs(args, device, repeats)
-    mem = {name: peak_memory_mb(fn, args, device) for name, fn in RUNNERS.items()}
-    return Row(n, causal, device, str(dtype).removeprefix("torch."), batch, d, t["ours"], t["autograd"], t["sdpa"],
-               t["ours"] / t["autograd"], t["ours"] / t["sdpa"], mem["ours"][0], mem["autograd"][0], mem["sdpa"][0],
-               mem["ours"][1], diff)
+    args = (q, k, v, u, mask, d ** -0.5)
+    ref = run_autograd(*args)
+    diff = max(float((a - b).abs().max() / b.abs().max()) for name in ("ours", "api", "sdpa")
+               for a, b in zip(RUNNERS[name](*args), ref))
+    seconds = time_runs(args, device, repeats)
+    return Row(n, causal, device, str(dtype).removeprefix("torch."), batch, d, seconds, {}, "", diff)
+
+
+def measure_memory(row, dtype=torch.float32):
+    """Peak memory per runner; run after every timing (it fixes malloc's mmap threshold)."""
+    q, k, v, u = _inputs(row.batch, row.n, row.d, row.device, dtype)
+    mask = torch.ones(row.n, row.n, dtype=torch.bool, device=row.device).tril() if row.causal else None
+    args = (q, k, v, u, mask, row.d ** -0.5)
+    mem = {name: peak_memory_mb(fn, args, row.device) for name, fn in RUNNERS.items()}
+    row.peak_mb = {k: v[0] for k, v in mem.items()}
+    row.memory_method = mem["ours"][1]
 
 
 def run(profile="default", device="cpu", threads=1, log=print):
     torch.set_num_threads(threads)
-    rows = []
-    for n in SIZES[profile]:
-        for causal in (False, True):
-            row = bench_size(n, causal, device, repeats=REPEATS[profile][n])
-            rows.append(row)
-            log(f"  bench n={n:5} causal={causal!s:5} ours {row.ours_s * 1e3:8.2f} ms  autograd "
-                f"{row.autograd_s * 1e3:8.2f} ms  sdpa {row.sdpa_s * 1e3:8.2f} ms  ratio {row.ratio_autograd:5.2f} "
-                f"(sdpa {row.ratio_sdpa:5.2f})  peak MB {row.ours_peak_mb:7.1f}/{row.autograd_peak_mb:7.1f}")
+    rows = [bench_size(n, causal, device, repeats=REPEATS[profile][n]) for n in SIZES[profile] for causal in (False, True)]
+    for r in rows:
+        measure_memory(r)
+        ms = {k: f"{v * 1e3:8.2f}" for k, v in r.seconds.items()}
+        log(f"  bench n={r.n:5} {'causal' if r.causal else 'full  '} module {ms['ours']} ms  api {ms['api']} ms  "
+            f"autograd {ms['autograd']} ms  sdpa {ms['sdpa']} ms | vs autograd: module {r.ratio('ours', 'autograd'):4.2f} "
+            f"api {r.ratio('api', 'autograd'):4.2f} | module vs sdpa {r.ratio('ours', 'sdpa'):4.2f} | peak MB "
+            + "/".join(f"{r.peak_mb[k]:.1f}" for k in ("ours", "api", "autograd", "sdpa")))
     return rows
 
 
 def as_benchmarks(rows):
-    """results.json `benchmarks` entries: ours against autograd and against SDPA."""
+    """results.json `benchmarks` entries: module and API against autograd and SDPA."""
     out = []
     for r in rows:
         shape = {"batch": r.batch, "n": r.n, "d": r.d, "causal": r.causal}
-        for ref, ref_s, ratio in (("autograd", r.autograd_s, r.ratio_autograd), ("sdpa", r.sdpa_s, r.ratio_sdpa)):
-            out.append({"name": f"numeric/attention-fwd-bwd/n={r.n}/{'causal' if r.causal else 'full'}/vs-{ref}",
-                        "device": r.device, "dtype": r.dtype, "shape": shape, "ours_s": r.ours_s, "reference": ref,
-                        "reference_s": ref_s, "ratio": ratio, "ours_peak_mb": r.ours_peak_mb,
-                        "reference_peak_mb": r.autograd_peak_mb if ref == "autograd" else r.sdpa_peak_mb,
-                        "memory_method": r.memory_method})
+        for ours, label in (("ours", "module"), ("api", "api")):
+            for ref in ("autograd", "sdpa"):
+                out.append({"name": f"numeric/fwd-bwd/{label}-vs-{ref}/n={r.n}/{'causal' if r.causal else 'full'}",
+                            "device": r.device, "dtype": r.dtype, "shape": shape, "ours_s": r.seconds[ours],
+                            "reference": ref, "reference_s": r.seconds[ref], "ratio": r.ratio(ours, ref),
+                            "ours_peak_mb": r.peak_mb[ours], "reference_peak_mb": r.peak_mb[ref],
+                            "memory_method": r.memory_method})
     return out
 
 

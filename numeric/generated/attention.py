@@ -44,7 +44,7 @@ def attention_backward_masked(q, k, v, u, mask, scale):
     alpha = _softmax_(s, mask, dim=-1)  # (..., n, n)
     b = u @ v.mT  # (..., n, n)
     o = alpha @ v  # (..., n, d_v)
-    baseline = (o * u).sum(dim=-1)  # (..., n)
+    baseline = torch.linalg.vecdot(o, u)  # (..., n)
     dS = ((-baseline)[..., :, None] + b) * alpha  # (..., n, n)
     dQ = dS @ (scale * k)  # (..., n, d_k)
     dK = dS.mT @ (scale * q)  # (..., n, d_k)
@@ -67,7 +67,7 @@ def attention_backward_unmasked(q, k, v, u, scale):
     alpha = _softmax_(s, None, dim=-1)  # (..., n, n)
     b = u @ v.mT  # (..., n, n)
     o = alpha @ v  # (..., n, d_v)
-    baseline = (o * u).sum(dim=-1)  # (..., n)
+    baseline = torch.linalg.vecdot(o, u)  # (..., n)
     dS = ((-baseline)[..., :, None] + b) * alpha  # (..., n, n)
     dQ = dS @ (scale * k)  # (..., n, d_k)
     dK = dS.mT @ (scale * q)  # (..., n, d_k)
@@ -79,7 +79,7 @@ def attention_backward_unmasked(q, k, v, u, scale):
 def attention_backward_from_forward(q, k, v, alpha, o, u, scale):
     """B, dS, dQ, dK, dV reusing alpha and o from the forward (alpha is zero where masked, so no mask is needed)."""
     b = u @ v.mT  # (..., n, n)
-    baseline = (o * u).sum(dim=-1)  # (..., n)
+    baseline = torch.linalg.vecdot(o, u)  # (..., n)
     dS = ((-baseline)[..., :, None] + b) * alpha  # (..., n, n)
     dQ = dS @ (scale * k)  # (..., n, d_k)
     dK = dS.mT @ (scale * q)  # (..., n, d_k)
@@ -91,8 +91,8 @@ def attention_backward_from_forward(q, k, v, alpha, o, u, scale):
 def attention_grads_from_forward(q, k, v, alpha, o, u, scale):
     """dQ, dK, dV only (the module's backward: B and dS die early, so their buffers are reused)."""
     b = u @ v.mT  # (..., n, n)
-    baseline = (o * u).sum(dim=-1)  # (..., n)
-    dS = b.add_((-baseline)[..., :, None]).mul_(alpha)  # (..., n, n)
+    baseline = torch.linalg.vecdot(o, u)  # (..., n)
+    dS = b.sub_(baseline[..., :, None]).mul_(alpha)  # (..., n, n)
     dQ = dS @ (scale * k)  # (..., n, d_k)
     dK = dS.mT @ (scale * q)  # (..., n, d_k)
     dV = alpha.mT @ u  # (..., n, d_v)
@@ -106,7 +106,7 @@ def readout_backward(o, w_o, y):
     p = _softmax(z, None, dim=-1)  # (..., n, m)
     u = ((-y) + p) @ (_recip(n_size) * w_o).mT  # (..., n, d_v)
     dW_O = o.mT @ (_recip(n_size) * ((-torch.einsum("...ab->...ba", y)) + torch.einsum("...ab->...ba", p))).mT  # (..., d_v, m)
-    loss = ((_recip(n_size) * (((-1 * y) * z).sum(dim=-1) + torch.logsumexp(z, dim=-1)))).sum(dim=-1)  # scalar
+    loss = ((_recip(n_size) * (torch.linalg.vecdot((-1 * y), z) + torch.logsumexp(z, dim=-1)))).sum(dim=-1)  # scalar
     return p, u, dW_O, loss
 
 
@@ -127,8 +127,8 @@ def identity_c1_main(v, s, w_o, y, mask, grad_s):
     p = _softmax_(z, None, dim=-1)  # (..., n, m)
     u = ((-y) + p) @ (_recip(n_size) * w_o).mT  # (..., n, d_v)
     b = u @ v.mT  # (..., n, n)
-    baseline = (alpha * b).sum(dim=-1)  # (..., n)
-    dS = b.add_((-baseline)[..., :, None]).mul_(alpha)  # (..., n, n)
+    baseline = torch.linalg.vecdot(alpha, b)  # (..., n)
+    dS = b.sub_(baseline[..., :, None]).mul_(alpha)  # (..., n, n)
     derived = grad_s  # (..., n, n)
     closed = dS  # (..., n, n)
     return derived, closed
@@ -143,9 +143,9 @@ def identity_c1_fused_baseline(v, s, w_o, y, mask):
     p = _softmax_(z, None, dim=-1)  # (..., n, m)
     u = ((-y) + p) @ (_recip(n_size) * w_o).mT  # (..., n, d_v)
     b = u @ v.mT  # (..., n, n)
-    baseline = (alpha * b).sum(dim=-1)  # (..., n)
+    baseline = torch.linalg.vecdot(alpha, b)  # (..., n)
     derived = baseline  # (..., n)
-    closed = (o * u).sum(dim=-1)  # (..., n)
+    closed = torch.linalg.vecdot(o, u)  # (..., n)
     return derived, closed
 
 
@@ -186,7 +186,7 @@ def mutant_m3_drop_alpha(v, s, w_o, y, mask, grad_s):
     p = _softmax_(z, None, dim=-1)  # (..., n, m)
     u = ((-y) + p) @ (_recip(n_size) * w_o).mT  # (..., n, d_v)
     b = u @ v.mT  # (..., n, n)
-    baseline = (alpha * b).sum(dim=-1)  # (..., n)
+    baseline = torch.linalg.vecdot(alpha, b)  # (..., n)
     derived = grad_s  # (..., n, n)
     closed = (-baseline)[..., :, None] + b  # (..., n, n)
     return derived, closed
@@ -201,8 +201,8 @@ def mutant_m4_flip_sign(v, s, w_o, y, mask, grad_s):
     p = _softmax_(z, None, dim=-1)  # (..., n, m)
     u = ((-y) + p) @ (_recip(n_size) * w_o).mT  # (..., n, d_v)
     b = u @ v.mT  # (..., n, n)
-    baseline = (alpha * b).sum(dim=-1)  # (..., n)
-    dS = b.add_((-baseline)[..., :, None]).mul_(alpha)  # (..., n, n)
+    baseline = torch.linalg.vecdot(alpha, b)  # (..., n)
+    dS = b.sub_(baseline[..., :, None]).mul_(alpha)  # (..., n, n)
     derived = grad_s  # (..., n, n)
     closed = -dS  # (..., n, n)
     return derived, closed
@@ -218,7 +218,7 @@ def mutant_m5_masked_baseline(v, s, w_o, y, mask, grad_s):
     u = ((-y) + p) @ (_recip(n_size) * w_o).mT  # (..., n, d_v)
     b = u @ v.mT  # (..., n, n)
     derived = grad_s  # (..., n, n)
-    closed = (((-1 * _softmax(s, None, dim=-1)) * b).sum(dim=-1)[..., :, None] + b) * alpha  # (..., n, n)
+    closed = (torch.linalg.vecdot((-1 * _softmax(s, None, dim=-1)), b)[..., :, None] + b) * alpha  # (..., n, n)
     return derived, closed
 
 
@@ -259,8 +259,8 @@ def identity_c3_main(q, k, v, w_o, y, mask, grad_q, scale):
     p = _softmax_(z, None, dim=-1)  # (..., n, m)
     u = ((-y) + p) @ (_recip(n_size) * w_o).mT  # (..., n, d_v)
     b = u @ v.mT  # (..., n, n)
-    baseline = (alpha * b).sum(dim=-1)  # (..., n)
-    dS = b.add_((-baseline)[..., :, None]).mul_(alpha)  # (..., n, n)
+    baseline = torch.linalg.vecdot(alpha, b)  # (..., n)
+    dS = b.sub_(baseline[..., :, None]).mul_(alpha)  # (..., n, n)
     dQ = dS @ (scale * k)  # (..., n, d_k)
     derived = grad_q  # (..., n, d_k)
     closed = dQ  # (..., n, d_k)
@@ -277,8 +277,8 @@ def mutant_m7_lose_scale(q, k, v, w_o, y, mask, grad_q, scale):
     p = _softmax_(z, None, dim=-1)  # (..., n, m)
     u = ((-y) + p) @ (_recip(n_size) * w_o).mT  # (..., n, d_v)
     b = u @ v.mT  # (..., n, n)
-    baseline = (alpha * b).sum(dim=-1)  # (..., n)
-    dS = b.add_((-baseline)[..., :, None]).mul_(alpha)  # (..., n, n)
+    baseline = torch.linalg.vecdot(alpha, b)  # (..., n)
+    dS = alpha.mul_((-baseline)[..., :, None] + b)  # (..., n, n)
     derived = grad_q  # (..., n, d_k)
     closed = dS @ k  # (..., n, d_k)
     return derived, closed
@@ -294,8 +294,8 @@ def mutant_m8_transpose_qk(q, k, v, w_o, y, mask, grad_q, scale):
     p = _softmax_(z, None, dim=-1)  # (..., n, m)
     u = ((-y) + p) @ (_recip(n_size) * w_o).mT  # (..., n, d_v)
     b = u @ v.mT  # (..., n, n)
-    baseline = (alpha * b).sum(dim=-1)  # (..., n)
-    dS = b.add_((-baseline)[..., :, None]).mul_(alpha)  # (..., n, n)
+    baseline = torch.linalg.vecdot(alpha, b)  # (..., n)
+    dS = alpha.mul_((-baseline)[..., :, None] + b)  # (..., n, n)
     derived = grad_q  # (..., n, d_k)
     closed = dS.mT @ (scale * k)  # (..., n, d_k)
     return derived, closed
@@ -311,8 +311,8 @@ def identity_c4_main(q, k, v, w_o, y, mask, grad_k, scale):
     p = _softmax_(z, None, dim=-1)  # (..., n, m)
     u = ((-y) + p) @ (_recip(n_size) * w_o).mT  # (..., n, d_v)
     b = u @ v.mT  # (..., n, n)
-    baseline = (alpha * b).sum(dim=-1)  # (..., n)
-    dS = b.add_((-baseline)[..., :, None]).mul_(alpha)  # (..., n, n)
+    baseline = torch.linalg.vecdot(alpha, b)  # (..., n)
+    dS = b.sub_(baseline[..., :, None]).mul_(alpha)  # (..., n, n)
     dK = dS.mT @ (scale * q)  # (..., n, d_k)
     derived = grad_k  # (..., n, d_k)
     closed = dK  # (..., n, d_k)
@@ -329,8 +329,8 @@ def mutant_m9_transpose_qk(q, k, v, w_o, y, mask, grad_k, scale):
     p = _softmax_(z, None, dim=-1)  # (..., n, m)
     u = ((-y) + p) @ (_recip(n_size) * w_o).mT  # (..., n, d_v)
     b = u @ v.mT  # (..., n, n)
-    baseline = (alpha * b).sum(dim=-1)  # (..., n)
-    dS = b.add_((-baseline)[..., :, None]).mul_(alpha)  # (..., n, n)
+    baseline = torch.linalg.vecdot(alpha, b)  # (..., n)
+    dS = alpha.mul_((-baseline)[..., :, None] + b)  # (..., n, n)
     derived = grad_k  # (..., n, d_k)
     closed = dS.mT @ (scale * k)  # (..., n, d_k)
     return derived, closed
@@ -372,7 +372,7 @@ def mutant_m11_baseline_not_cancelled(v, s, w_o, y, mask, grad_s):
     p = _softmax_(z, None, dim=-1)  # (..., n, m)
     u = ((-y) + p) @ (_recip(n_size) * w_o).mT  # (..., n, d_v)
     b = u @ v.mT  # (..., n, n)
-    baseline = (alpha * b).sum(dim=-1)  # (..., n)
+    baseline = torch.linalg.vecdot(alpha, b)  # (..., n)
     derived = (grad_s).sum(dim=-1)  # (..., n)
     closed = baseline  # (..., n)
     return derived, closed
@@ -435,8 +435,8 @@ def identity_c8_w_q(x, w_q, w_k, w_v, w_o, y, mask, grad_WQ, scale):
     p = _softmax_(z, None, dim=-1)  # (..., n, m)
     u = ((-y) + p) @ (_recip(n_size) * w_o).mT  # (..., n, d_v)
     b = u @ v.mT  # (..., n, n)
-    baseline = (alpha * b).sum(dim=-1)  # (..., n)
-    dS = b.add_((-baseline)[..., :, None]).mul_(alpha)  # (..., n, n)
+    baseline = torch.linalg.vecdot(alpha, b)  # (..., n)
+    dS = b.sub_(baseline[..., :, None]).mul_(alpha)  # (..., n, n)
     dQ = dS @ (scale * k)  # (..., n, d_k)
     derived = grad_WQ  # (..., d_x, d_k)
     closed = x.mT @ dQ  # (..., d_x, d_k)
@@ -456,8 +456,8 @@ def identity_c8_w_k(x, w_q, w_k, w_v, w_o, y, mask, grad_WK, scale):
     p = _softmax_(z, None, dim=-1)  # (..., n, m)
     u = ((-y) + p) @ (_recip(n_size) * w_o).mT  # (..., n, d_v)
     b = u @ v.mT  # (..., n, n)
-    baseline = (alpha * b).sum(dim=-1)  # (..., n)
-    dS = b.add_((-baseline)[..., :, None]).mul_(alpha)  # (..., n, n)
+    baseline = torch.linalg.vecdot(alpha, b)  # (..., n)
+    dS = b.sub_(baseline[..., :, None]).mul_(alpha)  # (..., n, n)
     dK = dS.mT @ (scale * q)  # (..., n, d_k)
     derived = grad_WK  # (..., d_x, d_k)
     closed = x.mT @ dK  # (..., d_x, d_k)
@@ -500,7 +500,7 @@ def identity_c9_s1_baseline_as_mixture(v, s, w_o, y, mask):
     p = _softmax_(z, None, dim=-1)  # (..., n, m)
     u = ((-y) + p) @ (_recip(n_size) * w_o).mT  # (..., n, d_v)
     b = u @ v.mT  # (..., n, n)
-    baseline = (alpha * b).sum(dim=-1)  # (..., n)
+    baseline = torch.linalg.vecdot(alpha, b)  # (..., n)
     derived = (-baseline)[..., :, None] + b  # (..., n, n)
     closed = torch.einsum("...abc,...ac->...ab", ((-b)[..., :, None, :] + b[..., :, :, None]), alpha)  # (..., n, n)
     return derived, closed
@@ -540,7 +540,7 @@ def mutant_m14_s1_uniform_weights(v, s, w_o, y, mask):
     p = _softmax_(z, None, dim=-1)  # (..., n, m)
     u = ((-y) + p) @ (_recip(n_size) * w_o).mT  # (..., n, d_v)
     b = u @ v.mT  # (..., n, n)
-    baseline = (alpha * b).sum(dim=-1)  # (..., n)
+    baseline = torch.linalg.vecdot(alpha, b)  # (..., n)
     derived = (-baseline)[..., :, None] + b  # (..., n, n)
     closed = ((_recip(n_size) * ((-b)[..., :, None, :] + b[..., :, :, None]))).sum(dim=-1)  # (..., n, n)
     return derived, closed
@@ -556,7 +556,7 @@ def identity_c10_completed_square(v, s, w_o, y, delta, mask, grad_v, eta):
     p = _softmax_(z, None, dim=-1)  # (..., n, m)
     u = ((-y) + p) @ (_recip(n_size) * w_o).mT  # (..., n, d_v)
     dV = alpha.mT @ u  # (..., n, d_v)
-    derived = torch.einsum("...a,...ab,...ab->...a", (eta * _recip(responsibility)), dV, grad_v) + (0.5 * _recip(eta) * responsibility * (delta.square()).sum(dim=-1)) + ((-1 / 2) * _recip(eta) * responsibility * torch.einsum("...a,...ab->...a", ((eta ** 2) * (_recip(responsibility) ** 2)), dV.square())) + (delta * grad_v).sum(dim=-1)  # (..., n)
+    derived = torch.einsum("...a,...ab,...ab->...a", (eta * _recip(responsibility)), dV, grad_v) + (0.5 * _recip(eta) * responsibility * (delta.square()).sum(dim=-1)) + ((-1 / 2) * _recip(eta) * responsibility * torch.einsum("...a,...ab->...a", ((eta ** 2) * (_recip(responsibility) ** 2)), dV.square())) + torch.linalg.vecdot(delta, grad_v)  # (..., n)
     closed = 0.5 * _recip(eta) * responsibility * (((eta * _recip(responsibility)[..., :, None] * dV) + delta).square()).sum(dim=-1)  # (..., n)
     return derived, closed
 
@@ -571,6 +571,6 @@ def mutant_m16_plain_gradient_step(v, s, w_o, y, delta, mask, grad_v, eta):
     p = _softmax_(z, None, dim=-1)  # (..., n, m)
     u = ((-y) + p) @ (_recip(n_size) * w_o).mT  # (..., n, d_v)
     dV = alpha.mT @ u  # (..., n, d_v)
-    derived = ((eta * dV) * grad_v).sum(dim=-1) + (0.5 * _recip(eta) * responsibility * (delta.square()).sum(dim=-1)) + ((-1 / 2) * _recip(eta) * responsibility * (((eta ** 2) * dV.square())).sum(dim=-1)) + (delta * grad_v).sum(dim=-1)  # (..., n)
+    derived = torch.linalg.vecdot((eta * dV), grad_v) + (0.5 * _recip(eta) * responsibility * (delta.square()).sum(dim=-1)) + ((-1 / 2) * _recip(eta) * responsibility * (((eta ** 2) * dV.square())).sum(dim=-1)) + torch.linalg.vecdot(delta, grad_v)  # (..., n)
     closed = 0.5 * _recip(eta) * responsibility * (((eta * dV) + delta).square()).sum(dim=-1)  # (..., n)
     return derived, closed
