@@ -17,7 +17,7 @@ from derive.results import Check, Results, environment
 from derive.stage import PROFILES, DeriveStage
 
 STAGES = ("derive", "codegen", "numeric", "experiments", "report")
-UNBUILT_KIND = {"codegen": "numeric", "numeric": "numeric", "experiments": "experiment", "report": "report"}
+UNBUILT_KIND = {"experiments": "experiment", "report": "report"}
 
 
 class UsageError(Exception):
@@ -79,6 +79,15 @@ def run_stage(stage, results, args, profile, only_claims):
     print(f"== stage {stage}")
     if stage == "derive":
         DeriveStage(results, profile, args.seed, only_claims=only_claims).run()
+    elif stage == "codegen":
+        from derive.codegen import run_stage as codegen
+
+        codegen(results)
+    elif stage == "numeric":  # the torch side is loaded only when its stage runs
+        from numeric.stage import PROFILES as NUMERIC
+        from numeric.stage import NumericStage
+
+        NumericStage(results, NUMERIC[profile.name], results.environment["device"], args.seed).run()
     else:
         results.add(Check(f"{stage}/not-implemented", stage, UNBUILT_KIND[stage], "", "skipped", 0.0,
                           None, None, detail=f"the {stage} stage is not implemented yet"))

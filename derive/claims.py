@@ -84,3 +84,14 @@ def claims() -> list:
 
 def mutants() -> list:
     return [m for c in claims() for m in c.mutants]
+
+
+def builtin_ids() -> frozenset:
+    from derive import paper_claims
+
+    return paper_claims.IDS
+
+
+def extra_ids() -> list:
+    """Claims registered beyond the paper's (e.g. with --claims FILE)."""
+    return [cid for cid in REGISTRY if cid not in builtin_ids()]

@@ -131,10 +131,13 @@ def _fn_name(*parts):
     return "_".join("".join(ch if ch.isalnum() else "_" for ch in p).strip("_").lower() for p in parts)
 
 
-def check_kernels():
+def check_kernels(include_extra=False):
     """Per identity and per mutant: a function returning (derived side, closed side)."""
     out = []
+    builtin = registry.builtin_ids()
     for claim in registry.claims():
+        if claim.id not in builtin and not include_extra:
+            continue
         for identity in claim.parts:
             out.append(_pair_kernel(_fn_name("identity", claim.id, identity.name), identity, identity.derived,
                                     identity.closed, f"{claim.id} / {identity.name}"))
@@ -198,8 +201,9 @@ def _inplace(printer, expr, axes, dead):
     """Reuse the buffer of a temporary that dies on this line: (T + rest) * f -> T.add_(rest).mul_(f),
     and a softmax of a dead temporary masks it in place. Avoids allocating n x n buffers (on CPU a
     fresh large buffer costs page faults: the main cost of a naive elementwise line)."""
-    candidates = [x for x in sp.sympify(expr).atoms(sp.Indexed)
-                  if str(x.base.label) in dead and tuple(x.indices) == tuple(axes) and expr.count(x) == 1]
+    candidates = sorted((x for x in sp.sympify(expr).atoms(sp.Indexed)
+                         if str(x.base.label) in dead and tuple(x.indices) == tuple(axes) and expr.count(x) == 1),
+                        key=sp.default_sort_key)
     code = _line(printer, expr, axes)
     for t in candidates:
         label = str(t.base.label)
@@ -348,9 +352,29 @@ def _softmax_(x, mask, dim):
 '''
 
 
-def emit() -> str:
-    kernels = api_kernels() + check_kernels()
+def emit(include_extra=False) -> str:
+    """The generated module; the committed file holds the paper's claims only."""
+    kernels = api_kernels() + check_kernels(include_extra)
     return HEADER + "".join("\n\n" + emit_kernel(k) for k in kernels)
+
+
+def run_stage(results, log=print):
+    """The `codegen` stage: the committed file must equal a fresh emission of the registry."""
+    import time
+
+    from derive.results import Check
+
+    t0 = time.perf_counter()
+    text = emit()
+    committed = GENERATED.read_text() if GENERATED.exists() else ""
+    fresh = committed == text
+    functions = text.count("\ndef ")
+    measured = {"fresh": fresh, "functions": functions, "lines": text.count("\n")}
+    if not fresh:
+        measured["reason"] = f"numeric/generated/attention.py differs from a fresh emission: run `{COMMAND}`"
+    results.add(Check("codegen/fresh", "codegen", "proof", "", "pass" if fresh else "fail", round(time.perf_counter() - t0, 4),
+                      measured, "committed generated file == fresh emission of the proven closed forms"))
+    log(f"  {'PASS' if fresh else 'FAIL'} codegen/fresh  {functions} functions  {time.perf_counter() - t0:.3f}s")
 
 
 def main(argv=None):

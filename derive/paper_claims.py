@@ -3,6 +3,8 @@ from __future__ import annotations
 
 from derive.claims import Claim, Identity, Mutant, register
 
+IDS = frozenset(f"C{i}" for i in range(1, 11))
+
 
 def _proximal(m, j, step):
     """C10's objective for value j: <dL/dv_j, Delta_j> + N_j/(2 eta) ||Delta_j||^2 (J = sum_j J_j)."""

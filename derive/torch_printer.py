@@ -210,7 +210,7 @@ def _matmul(tensors, codes, dummies, out):
     transposes in place; einsum may copy them). None when the contraction is not of that shape."""
     if len(tensors) != 2 or len(dummies) != 1 or len(out) != 2:
         return None
-    (a, ca), (b, cb) = zip(tensors, codes)
+    (a, ca), (b, cb) = zip(tensors, (_wrap(codes[0]), _wrap(codes[1])))
     k = dummies[0]
     if len(a.axes) != 2 or len(b.axes) != 2 or k not in a.axes or k not in b.axes:
         return None
@@ -223,6 +223,17 @@ def _matmul(tensors, codes, dummies, out):
     left = ca if a.axes == (ra, k) else f"{ca}.mT"
     right = cb if b.axes == (k, rb) else f"{cb}.mT"
     return f"{left} @ {right}"
+
+
+def _wrap(code):
+    """Parenthesise a compound operand before `@` or `.mT` binds to it."""
+    depth = 0
+    for pos, ch in enumerate(code):
+        depth += ch in "(["
+        depth -= ch in ")]"
+        if depth == 0 and ch in " @*+-/":
+            return f"({code})"
+    return code
 
 
 def _rowsum(tensors, codes, dummies, out):

@@ -8,7 +8,6 @@ import torch
 from numeric import validate
 from numeric.generated import attention as gen
 
-
 HALF = (torch.float16, torch.bfloat16)
 
 

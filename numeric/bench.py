@@ -90,7 +90,7 @@ def _sync(device):
 def time_runs(args, device, repeats):
     """Median seconds per runner, runners interleaved within each repeat."""
     times = {name: [] for name in RUNNERS}
-    for name, fn in RUNNERS.items():  # warm-up
+    for fn in RUNNERS.values():  # warm-up
         fn(*args)
     for _ in range(repeats):
         for name, fn in RUNNERS.items():

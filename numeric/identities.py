@@ -10,14 +10,9 @@ from derive import claims as registry
 from derive.codegen import ARG_NAMES, _fn_name
 from derive.model import LEAVES, LEVELS
 from numeric import reference
-from numeric.generated import attention as gen
 
 CODE_TO_LEAF = {code: leaf for leaf, code in ARG_NAMES.items()}
 TOL_FLOAT64 = 1e-12  # relative; float64 unit roundoff is 1.1e-16, these kernels lose at most a few digits
-
-
-def kernel(kind, *parts):
-    return getattr(gen, _fn_name(kind, *parts))
 
 
 def draw_inputs(fn, level, sizes, batch, mask_kind, gen_):
@@ -102,15 +97,14 @@ def _sum_batch(t, other):
     return t.sum(dim=tuple(range(extra))) if extra > 0 else t
 
 
-def identity_cases():
-    """(claim, identity, function) for every registered identity."""
-    return [(c, p, kernel("identity", c.id, p.name)) for c in registry.claims() for p in c.parts]
-
-
-def mutant_cases():
+def cases(module, kind):
+    """(claim or mutant, identity, generated function) for every registered identity / mutant."""
     out = []
-    for m in registry.mutants():
-        if m.constant is None:
-            identity = next(p for p in registry.REGISTRY[m.claim].parts if p.name == m.part)
-            out.append((m, identity, kernel("mutant", m.id)))
+    for claim in registry.claims():
+        for identity in claim.parts if kind == "identity" else ():
+            out.append((claim, identity, getattr(module, _fn_name("identity", claim.id, identity.name))))
+        for m in claim.mutants if kind == "mutant" else ():
+            if m.constant is None:
+                identity = next(p for p in claim.parts if p.name == m.part)
+                out.append((m, identity, getattr(module, _fn_name("mutant", m.id))))
     return out

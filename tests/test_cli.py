@@ -80,3 +80,15 @@ def test_cuda_requested_but_absent_is_bad_usage(tmp_path):
         pytest.skip("this machine has CUDA")
     p = run("--only", "numeric", "--device", "cuda", "--out", str(tmp_path))
     assert p.returncode == 2 and "CUDA is not available" in p.stderr
+
+
+def test_codegen_and_numeric_stages(tmp_path):
+    p = run("--only", "codegen,numeric", "--quick", "--out", str(tmp_path))
+    assert p.returncode == 0, p.stdout[-3000:] + p.stderr
+    data = json.loads((tmp_path / "results.json").read_text())
+    numeric = [c for c in data["checks"] if c["stage"] == "numeric" and c["kind"] == "numeric"]
+    assert len(numeric) >= 20 and all(c["status"] == "pass" for c in numeric)
+    assert all(row["numeric"] in ("rejected", "n/a") for row in data["derive"]["kill_matrix"].values())
+    assert any(b["reference"] == "autograd" for b in data["benchmarks"])
+    verdicts = {c["id"]: c["verdict"] for c in data["claims"]}
+    assert verdicts["C1"] == "confirmed"

@@ -128,7 +128,7 @@ def identity_c1_main(v, s, w_o, y, mask, grad_s):
     u = ((-y) + p) @ (_recip(n_size) * w_o).mT  # (..., n, d_v)
     b = u @ v.mT  # (..., n, n)
     baseline = torch.linalg.vecdot(alpha, b)  # (..., n)
-    dS = b.sub_(baseline[..., :, None]).mul_(alpha)  # (..., n, n)
+    dS = alpha.mul_((-baseline)[..., :, None] + b)  # (..., n, n)
     derived = grad_s  # (..., n, n)
     closed = dS  # (..., n, n)
     return derived, closed
@@ -202,7 +202,7 @@ def mutant_m4_flip_sign(v, s, w_o, y, mask, grad_s):
     u = ((-y) + p) @ (_recip(n_size) * w_o).mT  # (..., n, d_v)
     b = u @ v.mT  # (..., n, n)
     baseline = torch.linalg.vecdot(alpha, b)  # (..., n)
-    dS = b.sub_(baseline[..., :, None]).mul_(alpha)  # (..., n, n)
+    dS = alpha.mul_((-baseline)[..., :, None] + b)  # (..., n, n)
     derived = grad_s  # (..., n, n)
     closed = -dS  # (..., n, n)
     return derived, closed
@@ -260,7 +260,7 @@ def identity_c3_main(q, k, v, w_o, y, mask, grad_q, scale):
     u = ((-y) + p) @ (_recip(n_size) * w_o).mT  # (..., n, d_v)
     b = u @ v.mT  # (..., n, n)
     baseline = torch.linalg.vecdot(alpha, b)  # (..., n)
-    dS = b.sub_(baseline[..., :, None]).mul_(alpha)  # (..., n, n)
+    dS = alpha.mul_((-baseline)[..., :, None] + b)  # (..., n, n)
     dQ = dS @ (scale * k)  # (..., n, d_k)
     derived = grad_q  # (..., n, d_k)
     closed = dQ  # (..., n, d_k)
@@ -312,7 +312,7 @@ def identity_c4_main(q, k, v, w_o, y, mask, grad_k, scale):
     u = ((-y) + p) @ (_recip(n_size) * w_o).mT  # (..., n, d_v)
     b = u @ v.mT  # (..., n, n)
     baseline = torch.linalg.vecdot(alpha, b)  # (..., n)
-    dS = b.sub_(baseline[..., :, None]).mul_(alpha)  # (..., n, n)
+    dS = alpha.mul_((-baseline)[..., :, None] + b)  # (..., n, n)
     dK = dS.mT @ (scale * q)  # (..., n, d_k)
     derived = grad_k  # (..., n, d_k)
     closed = dK  # (..., n, d_k)
@@ -436,7 +436,7 @@ def identity_c8_w_q(x, w_q, w_k, w_v, w_o, y, mask, grad_WQ, scale):
     u = ((-y) + p) @ (_recip(n_size) * w_o).mT  # (..., n, d_v)
     b = u @ v.mT  # (..., n, n)
     baseline = torch.linalg.vecdot(alpha, b)  # (..., n)
-    dS = b.sub_(baseline[..., :, None]).mul_(alpha)  # (..., n, n)
+    dS = alpha.mul_((-baseline)[..., :, None] + b)  # (..., n, n)
     dQ = dS @ (scale * k)  # (..., n, d_k)
     derived = grad_WQ  # (..., d_x, d_k)
     closed = x.mT @ dQ  # (..., d_x, d_k)
@@ -457,7 +457,7 @@ def identity_c8_w_k(x, w_q, w_k, w_v, w_o, y, mask, grad_WK, scale):
     u = ((-y) + p) @ (_recip(n_size) * w_o).mT  # (..., n, d_v)
     b = u @ v.mT  # (..., n, n)
     baseline = torch.linalg.vecdot(alpha, b)  # (..., n)
-    dS = b.sub_(baseline[..., :, None]).mul_(alpha)  # (..., n, n)
+    dS = alpha.mul_((-baseline)[..., :, None] + b)  # (..., n, n)
     dK = dS.mT @ (scale * q)  # (..., n, d_k)
     derived = grad_WK  # (..., d_x, d_k)
     closed = x.mT @ dK  # (..., d_x, d_k)
@@ -487,7 +487,7 @@ def mutant_m13_wv_transposed_alpha(x, w_q, w_k, w_v, w_o, y, mask, grad_WV, scal
     p = _softmax_(z, None, dim=-1)  # (..., n, m)
     u = ((-y) + p) @ (_recip(n_size) * w_o).mT  # (..., n, d_v)
     derived = grad_WV  # (..., d_x, d_v)
-    closed = x.mT @ u.mT @ alpha.mT.mT  # (..., d_x, d_v)
+    closed = x.mT @ (u.mT @ alpha.mT).mT  # (..., d_x, d_v)
     return derived, closed
 
 
