@@ -228,7 +228,7 @@ def _matmul(tensors, codes, dummies, out):
 def _wrap(code):
     """Parenthesise a compound operand before `@` or `.mT` binds to it."""
     depth = 0
-    for pos, ch in enumerate(code):
+    for _pos, ch in enumerate(code):
         depth += ch in "(["
         depth -= ch in ")]"
         if depth == 0 and ch in " @*+-/":

@@ -3,8 +3,17 @@ import pytest
 import torch
 
 from numeric import attention_backward, attention_loss_backward
-from numeric.agreement import (TOLERANCE, Case, compare_api, fully_masked_rows_are_zero, gradcheck_core,
-                               loss_variant_error, random_cases, sdpa_error, training_matches_autograd)
+from numeric.agreement import (
+    TOLERANCE,
+    Case,
+    compare_api,
+    fully_masked_rows_are_zero,
+    gradcheck_core,
+    loss_variant_error,
+    random_cases,
+    sdpa_error,
+    training_matches_autograd,
+)
 from numeric.module import GeneratedAttention
 
 torch.set_num_threads(1)
