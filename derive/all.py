@@ -17,7 +17,7 @@ from derive.results import Check, Results, environment
 from derive.stage import PROFILES, DeriveStage
 
 STAGES = ("derive", "codegen", "numeric", "experiments", "report")
-UNBUILT_KIND = {"experiments": "experiment", "report": "report"}
+UNBUILT_KIND = {"report": "report"}
 
 
 class UsageError(Exception):
@@ -88,6 +88,10 @@ def run_stage(stage, results, args, profile, only_claims):
         from numeric.stage import NumericStage
 
         NumericStage(results, NUMERIC[profile.name], results.environment["device"], args.seed).run()
+    elif stage == "experiments":
+        from numeric.experiments.stage import ExperimentStage
+
+        ExperimentStage(results, profile.name, results.environment["device"], args.seed, args.out).run()
     else:
         results.add(Check(f"{stage}/not-implemented", stage, UNBUILT_KIND[stage], "", "skipped", 0.0,
                           None, None, detail=f"the {stage} stage is not implemented yet"))

@@ -66,9 +66,9 @@ class Results:
         return [c for c in self.checks if c.status == "fail"]
 
     def to_json(self):
-        claims = dict(self.claims)
-        for cid, name in PAPER_CLAIMS.items():
-            claims.setdefault(cid, {"id": cid, "name": name, "verdict": "not-run", "evidence": "stage not run"})
+        claims = {cid: self.claims.get(cid, {"id": cid, "name": name, "verdict": "not-run", "evidence": "stage not run"})
+                  for cid, name in PAPER_CLAIMS.items()}
+        claims.update({cid: c for cid, c in self.claims.items() if cid not in claims})
         return {
             "schema_version": SCHEMA_VERSION,
             "environment": self.environment,

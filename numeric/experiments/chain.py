@@ -1,0 +1,86 @@
+"""The sticky Markov chain of the authors' script, its data, and its exact Bayes predictor."""
+from __future__ import annotations
+
+import math
+
+import torch
+
+
+def transition_matrix(k=8, self_prob=0.3, off_mass=0.7, dtype=torch.float64):
+    """P as the authors' script builds it (PAPER.md): weights 1/circular distance (the diagonal's
+    distance clamped to 1), each row scaled to sum `off_mass`, the diagonal then set to `self_prob`,
+    and each row renormalised once more. Gives the quoted row [0.350, 0.166, 0.083, 0.055, 0.042, ...]."""
+    i = torch.arange(k)
+    dist = (i[:, None] - i[None, :]).abs()
+    dist = torch.minimum(dist, k - dist).clamp(min=1).to(dtype)
+    w = 1.0 / dist
+    w = off_mass * w / w.sum(1, keepdim=True)
+    w.fill_diagonal_(self_prob)
+    return w / w.sum(1, keepdim=True)
+
+
+def stationary(P):
+    evals, evecs = torch.linalg.eig(P.T)
+    v = evecs[:, torch.argmin((evals - 1).abs())].real
+    return v / v.sum()
+
+
+def conditional_entropy(P):
+    """H(Y_t | Y_{t-1}) in nats under the stationary law: the paper's H_min."""
+    pi = stationary(P)
+    return float(-(pi[:, None] * P * torch.log(P)).sum())
+
+
+def symbol_means(k=8, dim=20, seed=0, dtype=torch.float64):
+    """mu in R^{k x dim}, N(0, 1), with its own seed (0)."""
+    g = torch.Generator().manual_seed(seed)
+    return torch.randn(k, dim, generator=g, dtype=dtype)
+
+
+def sample(P, mu, length, seeds, dtype=torch.float64):
+    """One sequence per seed: y_0 ~ stationary, y_t ~ P[y_{t-1}], x_t = mu[y_{t-1}] + eps_t.
+
+    Returns x (S, length - 1, dim) and targets y_1.. (S, length - 1). The chain is sampled for all
+    seeds at once (a vectorised loop over time, not a Python loop per seed and step)."""
+    S, k = len(seeds), P.shape[0]
+    gens = [torch.Generator().manual_seed(int(s)) for s in seeds]
+    u = torch.stack([torch.rand(length, generator=g, dtype=torch.float64) for g in gens])  # (S, T)
+    eps = torch.stack([torch.randn(length - 1, mu.shape[1], generator=g, dtype=torch.float64) for g in gens])
+    cdf = P.cumsum(1)
+    y = torch.empty(S, length, dtype=torch.long)
+    y[:, 0] = torch.searchsorted(stationary(P).cumsum(0), u[:, 0].contiguous()).clamp(max=k - 1)
+    for t in range(1, length):  # vectorised over seeds
+        y[:, t] = torch.searchsorted(cdf[y[:, t - 1]], u[:, t : t + 1].contiguous()).squeeze(1).clamp(max=k - 1)
+    x = mu[y[:, :-1]] + eps
+    return x.to(dtype), y[:, 1:]
+
+
+def bayes_predictive(P, mu, x):
+    """Exact HMM filter: P(y_t | x_1..x_t) for every t, x (S, T, dim) -> (S, T, k), in float64.
+
+    x_t is an emission of y_{t-1} (N(mu_{y_{t-1}}, I)); the filter tracks P(y_{t-1} | x_1..x_t)
+    and the predictive is that posterior pushed through P."""
+    P, mu, x = P.double(), mu.double(), x.double()
+    loglik = -0.5 * ((x[..., None, :] - mu) ** 2).sum(-1)  # (S, T, k), up to a constant
+    prior = stationary(P).expand(x.shape[0], -1)
+    out = torch.empty(x.shape[:2] + (P.shape[0],), dtype=torch.float64)
+    for t in range(x.shape[1]):
+        logpost = torch.log(prior) + loglik[:, t]
+        post = torch.softmax(logpost, -1)  # P(y_{t-1} | x_1..x_t)
+        out[:, t] = post @ P  # P(y_t | x_1..x_t)
+        prior = out[:, t]
+    return out
+
+
+def predictive_metrics(probs, targets):
+    """Mean CE (nats), mean predictive entropy (nats), accuracy; per leading index."""
+    logp = torch.log(probs.clamp_min(1e-300))
+    ce = -logp.gather(-1, targets[..., None]).squeeze(-1).mean(-1)
+    ent = -(probs * logp).sum(-1).mean(-1)
+    acc = (probs.argmax(-1) == targets).double().mean(-1)
+    return ce, ent, acc
+
+
+def kl_bits(p, q):
+    """Mean KL(p || q) over positions, in bits."""
+    return ((p * (torch.log(p.clamp_min(1e-300)) - torch.log(q.clamp_min(1e-300)))).sum(-1).mean(-1)) / math.log(2)

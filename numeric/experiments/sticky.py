@@ -1,0 +1,268 @@
+"""The sticky-chain experiment (E1–E4): every seed and arm trained as one batched tensor program.
+
+Parameters are stacked with leading dims (arms A, seeds S); the data (S, T, d) broadcast over arms.
+Gradients come from the generated kernels (numeric/generated: C1–C5, C8), computed block-causally:
+query block b attends to the key prefix up to its own end, so the upper triangle is never formed
+(about (nb + 1) / (2 nb) of the dense work). `reference_run` is the plain way: one seed and arm at a
+time, dense masked attention, torch.autograd; the exactness check compares the two step by step.
+"""
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, field
+
+import torch
+
+from numeric.experiments import chain
+from numeric.generated import attention as gen
+
+# Arm -> learning rate per parameter (W_Q, W_K, W_V, W_O) and whether the W_V step is the
+# responsibility-normalised M-step (C10: dV_j / N_j, pulled back to W_V by the chain rule; ours).
+ARMS = {
+    "sgd": ((0.01, 0.01, 0.01, 0.01), False),
+    "em_like": ((0.01, 0.01, 0.1, 0.01), False),
+    "em_mstep": ((0.01, 0.01, 0.1, 0.01), True),
+}
+PAPER_SEEDS = (42, 2024, 1337, 7777, 9999)
+
+
+@dataclass(frozen=True)
+class StickyConfig:
+    """The authors' settings by default (PAPER.md); `quick()` shrinks sizes, not code paths."""
+
+    length: int = 2000
+    steps: int = 1000
+    seeds: tuple = PAPER_SEEDS
+    arms: tuple = ("sgd", "em_like", "em_mstep")
+    symbols: int = 8
+    d_in: int = 20
+    d_k: int = 10
+    d_v: int = 15
+    init_std: float = 0.1
+    self_prob: float = 0.3
+    off_mass: float = 0.7
+    mu_seed: int = 0
+    heldout_seed_offset: int = 1_000_003
+    blocks: int = 8
+    checkpoints: int = 11
+    tracked_rows: int = 32
+    dtype: str = "float32"
+    lr_scale: dict = field(default_factory=dict, hash=False, compare=False)  # arm -> W_V lr override
+
+    def validate(self):
+        for name in ("length", "steps", "symbols", "d_in", "d_k", "d_v", "blocks", "checkpoints", "tracked_rows"):
+            if not isinstance(getattr(self, name), int) or getattr(self, name) <= 0:
+                raise ValueError(f"StickyConfig.{name} must be a positive integer, got {getattr(self, name)!r}")
+        if self.length < 3:
+            raise ValueError(f"StickyConfig.length must be >= 3, got {self.length}")
+        for name in ("self_prob", "off_mass"):
+            if not 0.0 <= getattr(self, name) <= 1.0:
+                raise ValueError(f"StickyConfig.{name} must lie in [0, 1], got {getattr(self, name)}")
+        if not self.init_std > 0:
+            raise ValueError(f"StickyConfig.init_std must be positive, got {self.init_std}")
+        unknown = [a for a in self.arms if a not in ARMS]
+        if unknown or not self.arms:
+            raise ValueError(f"StickyConfig.arms: unknown {unknown}; choose from {sorted(ARMS)}")
+        if not self.seeds or len(set(self.seeds)) != len(self.seeds):
+            raise ValueError(f"StickyConfig.seeds must be distinct and non-empty, got {self.seeds}")
+        if self.dtype not in ("float32", "float64"):
+            raise ValueError(f"StickyConfig.dtype must be float32 or float64, got {self.dtype}")
+        return self
+
+    @property
+    def torch_dtype(self):
+        return getattr(torch, self.dtype)
+
+
+@dataclass
+class Data:
+    x: torch.Tensor  # (1, S, T, d_in)
+    y: torch.Tensor  # (S, T) targets
+    onehot: torch.Tensor  # (1, S, T, m)
+    P: torch.Tensor
+    mu: torch.Tensor
+
+
+def make_data(cfg, device, seed_offset=0):
+    P = chain.transition_matrix(cfg.symbols, cfg.self_prob, cfg.off_mass)
+    mu = chain.symbol_means(cfg.symbols, cfg.d_in, cfg.mu_seed)
+    x, y = chain.sample(P, mu, cfg.length, [s + seed_offset for s in cfg.seeds])
+    dt = cfg.torch_dtype
+    onehot = torch.nn.functional.one_hot(y, cfg.symbols).to(dt)
+    return Data(x[None].to(device, dt), y.to(device), onehot[None].to(device), P, mu)
+
+
+def init_params(cfg, device):
+    """W_Q, W_K, W_V, W_O ~ N(0, init_std^2) per seed; every arm of a seed starts from the same point."""
+    per_seed = []
+    for s in cfg.seeds:
+        g = torch.Generator().manual_seed(int(s))
+        shapes = ((cfg.d_in, cfg.d_k), (cfg.d_in, cfg.d_k), (cfg.d_in, cfg.d_v), (cfg.d_v, cfg.symbols))
+        per_seed.append([torch.randn(sh, generator=g, dtype=torch.float64) * cfg.init_std for sh in shapes])
+    A = len(cfg.arms)
+    return [torch.stack([w[p] for w in per_seed]).expand(A, *([-1] * 3)).clone().to(device, cfg.torch_dtype)
+            for p in range(4)]  # each (A, S, ., .)
+
+
+def learning_rates(cfg, device):
+    lrs = torch.tensor([ARMS[a][0] for a in cfg.arms], dtype=cfg.torch_dtype, device=device)  # (A, 4)
+    for a, lr in cfg.lr_scale.items():
+        lrs[cfg.arms.index(a), 2] = lr
+    mstep = torch.tensor([ARMS[a][1] for a in cfg.arms], device=device)
+    return [lrs[:, p].view(-1, 1, 1, 1) for p in range(4)], mstep
+
+
+def _blocks(T, nb):
+    edges = [round(T * b / nb) for b in range(nb + 1)]
+    return [(lo, hi) for lo, hi in zip(edges[:-1], edges[1:]) if hi > lo]
+
+
+def forward(params, data, scale, blocks):
+    """Block-causal attention forward: per query block, alpha over the key prefix (generated kernel)."""
+    x = data.x
+    q, k, v = (x @ w for w in params[:3])  # (A, S, T, d)
+    alphas, outs = [], []
+    for lo, hi in blocks:
+        mask = torch.ones(hi - lo, hi, dtype=torch.bool, device=x.device).tril(lo)  # j <= i (global)
+        alpha, o = gen.attention_forward_masked(q[..., lo:hi, :], k[..., :hi, :], v[..., :hi, :], mask, scale)
+        alphas.append(alpha)
+        outs.append(o)
+    return q, k, v, alphas, torch.cat(outs, -2)
+
+
+def gradients(params, data, scale, blocks, mstep):
+    """Loss (A, S) and dL/dW for every run, from the generated closed forms (C5, C1–C4, C2, C8)."""
+    q, k, v, alphas, o = forward(params, data, scale, blocks)
+    _, u, dW_O, loss = gen.readout_backward(o, params[3], data.onehot)
+    dQ, dK, dV = torch.zeros_like(q), torch.zeros_like(k), torch.zeros_like(v)
+    resp = torch.zeros(v.shape[:-1], dtype=v.dtype, device=v.device)  # N_j = sum_i alpha_ij
+    for (lo, hi), alpha in zip(blocks, alphas):
+        dq, dk, dv = gen.attention_grads_from_forward(q[..., lo:hi, :], k[..., :hi, :], v[..., :hi, :], alpha,
+                                                      o[..., lo:hi, :], u[..., lo:hi, :], scale)
+        dQ[..., lo:hi, :] = dq
+        dK[..., :hi, :] += dk
+        dV[..., :hi, :] += dv
+        if bool(mstep.any()):
+            resp[..., :hi] += alpha.sum(-2)
+    if bool(mstep.any()):  # C10: responsibility-normalised value step for the M-step arm
+        norm = torch.where(mstep.view(-1, 1, 1), resp.clamp_min(1e-12), torch.ones_like(resp))
+        dV = dV / norm[..., None]
+    dW_Q, dW_K, dW_V = gen.params_backward(data.x, dQ, dK, dV)
+    return loss, [dW_Q, dW_K, dW_V, dW_O]
+
+
+def probabilities(params, data, scale, blocks):
+    """Model predictive distribution p (A, S, T, m) at the current parameters."""
+    o = forward(params, data, scale, blocks)[4]
+    return torch.softmax(o @ params[3], -1)
+
+
+def track_alpha(params, data, scale, rows):
+    """Attention rows for a fixed set of query positions (E4: how the frame moves)."""
+    x = data.x
+    q, k = x[..., rows, :] @ params[0], x @ params[1]
+    mask = torch.arange(x.shape[-2], device=x.device)[None, :] <= rows[:, None]
+    s = scale * q @ k.mT
+    return torch.softmax(s.masked_fill(~mask, float("-inf")), -1)
+
+
+def reference_run(cfg, arm, seed_index, steps, device="cpu"):
+    """The authors' way: one seed and arm, dense masked attention, torch.autograd, a Python loop.
+
+    Returns the loss after each step's forward (steps values) and the final parameters."""
+    data = make_data(cfg, device)
+    x, y = data.x[0, seed_index], data.y[seed_index]
+    params = [p[cfg.arms.index(arm), seed_index].clone().requires_grad_(True) for p in init_params(cfg, device)]
+    lrs, mstep = ARMS[arm]
+    T = x.shape[0]
+    mask = torch.ones(T, T, dtype=torch.bool, device=device).tril()
+    losses = []
+    for _ in range(steps):
+        q, k, v = x @ params[0], x @ params[1], x @ params[2]
+        alpha = torch.softmax((q @ k.T / math.sqrt(cfg.d_k)).masked_fill(~mask, float("-inf")), -1)
+        if mstep:
+            v = _mstep_values(v, alpha.detach())
+        loss = torch.nn.functional.cross_entropy((alpha @ v) @ params[3], y)
+        grads = torch.autograd.grad(loss, params)
+        with torch.no_grad():
+            for p, g, lr in zip(params, grads, lrs):
+                p -= lr * g
+        losses.append(float(loss.detach()))
+    return losses, [p.detach() for p in params]
+
+
+class _ScaleGrad(torch.autograd.Function):
+    """Identity forward; backward divides the value gradient of row j by N_j (C10's M-step)."""
+
+    @staticmethod
+    def forward(ctx, v, resp):
+        ctx.save_for_backward(resp)
+        return v.view_as(v)
+
+    @staticmethod
+    def backward(ctx, g):
+        (resp,) = ctx.saved_tensors
+        return g / resp.clamp_min(1e-12)[:, None], None
+
+
+def _mstep_values(v, alpha):
+    return _ScaleGrad.apply(v, alpha.sum(0))
+
+
+@dataclass
+class Run:
+    """Everything the experiment reports and the report redraws."""
+
+    losses: torch.Tensor  # (A, S, steps + 1): loss before each step, and after the last
+    params: list
+    checkpoints: list  # step indices
+    tracked: list  # per checkpoint: alpha rows (A, S, R, T)
+    values: list  # per checkpoint: W_V (A, S, d_in, d_v)
+
+
+def train(cfg, device="cpu", progress=None):
+    """All seeds and arms at once. `progress(step)` is called after every step."""
+    cfg.validate()
+    data = make_data(cfg, device)
+    params = init_params(cfg, device)
+    lrs, mstep = learning_rates(cfg, device)
+    T = data.x.shape[-2]
+    scale, blocks = 1.0 / math.sqrt(cfg.d_k), _blocks(T, cfg.blocks)
+    rows = torch.linspace(0, T - 1, min(cfg.tracked_rows, T), device=device).round().long()
+    marks = sorted({round(cfg.steps * c / (cfg.checkpoints - 1)) for c in range(cfg.checkpoints)}) if cfg.checkpoints > 1 \
+        else [cfg.steps]
+    losses, tracked, values = [], [], []
+    for step in range(cfg.steps + 1):
+        if step in marks:
+            tracked.append(track_alpha(params, data, scale, rows).cpu())
+            values.append(params[2].detach().cpu().clone())
+        if step == cfg.steps:
+            losses.append(probabilities_loss(params, data, scale, blocks))
+            break
+        loss, grads = gradients(params, data, scale, blocks, mstep)
+        losses.append(loss.detach())
+        for p, g, lr in zip(params, grads, lrs):
+            p.sub_(lr * g)
+        if progress:
+            progress(step)
+    return Run(torch.stack(losses, -1).cpu().double(), [p.cpu() for p in params], marks, tracked, values)
+
+
+def probabilities_loss(params, data, scale, blocks):
+    p = probabilities(params, data, scale, blocks)
+    return -torch.log(p.gather(-1, data.y[None, ..., None].expand(p.shape[0], -1, -1, 1)).squeeze(-1)).mean(-1)
+
+
+def evaluate(cfg, params, device="cpu", heldout=False):
+    """Loss, entropy, accuracy (A, S) on the training sequences or on fresh held-out ones, plus
+    the exact Bayes predictive on the same inputs and each run's KL to it (bits)."""
+    data = make_data(cfg, device, seed_offset=cfg.heldout_seed_offset if heldout else 0)
+    params = [p.to(device) for p in params]
+    T = data.x.shape[-2]
+    probs = probabilities(params, data, 1.0 / math.sqrt(cfg.d_k), _blocks(T, cfg.blocks)).double().cpu()
+    ce, ent, acc = chain.predictive_metrics(probs, data.y[None].cpu().expand(probs.shape[:-1]))
+    bayes = chain.bayes_predictive(data.P, data.mu, data.x[0].cpu())  # (S, T, m)
+    b_ce, b_ent, b_acc = chain.predictive_metrics(bayes, data.y.cpu())
+    kl = chain.kl_bits(bayes[None], probs)
+    return {"loss": ce, "entropy": ent, "accuracy": acc, "kl_bits": kl,
+            "bayes": {"loss": b_ce, "entropy": b_ent, "accuracy": b_acc}}
