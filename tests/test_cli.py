@@ -92,3 +92,18 @@ def test_codegen_and_numeric_stages(tmp_path):
     assert any(b["reference"] == "autograd" for b in data["benchmarks"])
     verdicts = {c["id"]: c["verdict"] for c in data["claims"]}
     assert verdicts["C1"] == "confirmed"
+
+
+def test_experiments_stage_quick_and_cached(tmp_path):
+    p = run("--only", "experiments", "--quick", "--device", "cpu", "--out", str(tmp_path), timeout=600)
+    assert p.returncode == 0, p.stdout[-3000:] + p.stderr[-3000:]
+    data = json.loads((tmp_path / "results.json").read_text())
+    verdicts = {c["id"]: c["verdict"] for c in data["claims"]}
+    assert all(verdicts[f"E{i}"] != "not-run" for i in range(1, 8))
+    sm = data["experiments"]["sticky_markov"]
+    assert {"h_min", "speedup", "speedup_ci95", "steps_to_threshold", "arms", "paired_t", "p_value"} <= set(sm)
+    assert {"sgd", "em_like", "em_mstep"} <= set(sm["arms"])
+    assert {"final_loss", "final_entropy", "accuracy", "heldout_loss"} <= set(sm["arms"]["sgd"])
+    assert any(c["id"] == "experiments/sticky/batched-equals-sequential" and c["status"] == "pass" for c in data["checks"])
+    again = run("--only", "experiments", "--quick", "--device", "cpu", "--out", str(tmp_path), timeout=600)
+    assert again.returncode == 0 and "cached   sticky-main" in again.stdout

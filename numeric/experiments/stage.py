@@ -21,6 +21,7 @@ from derive import __version__
 from derive.results import Check
 from numeric.experiments import chain, dynamics, speed, sticky, windtunnel
 from numeric.experiments import stats as st
+from numeric.experiments.progress import Progress
 
 SWEEP_RATIOS = (1, 2, 5, 10, 20, 50)
 
@@ -91,10 +92,7 @@ class ExperimentStage:
 
     def _train(self, name, cfg):
         def run():
-            from tqdm import tqdm
-
-            bar = tqdm(total=cfg.steps, desc=f"{name} ({len(cfg.arms)} arms x {len(cfg.seeds)} seeds)",
-                       mininterval=2.0, disable=None, leave=False)
+            bar = Progress(cfg.steps, f"{name} ({len(cfg.arms)} arms x {len(cfg.seeds)} seeds)", self.log)
             t0 = time.perf_counter()
             r = sticky.train(cfg, self.device, progress=lambda s: bar.update(1))
             bar.close()
@@ -154,7 +152,7 @@ class ExperimentStage:
     def _verdicts_e1_e4(self, r):
         lo, hi = r["speedup_ci95"]
         s = r["speedup"]
-        if lo <= 2.3 <= hi or abs(s - 2.3) <= 0.46:
+        if lo <= 2.3 <= hi or abs(s - 2.3) <= 0.1 * 2.3:  # the paper's value in our CI, or within 10%
             v = "reproduced"
         elif lo > 1.0:
             v = "partly-reproduced"
@@ -200,20 +198,18 @@ class ExperimentStage:
                     detail="batched block-causal generated gradients vs one-run-at-a-time dense autograd, step by step")
 
     def sweep(self):
+        """All value/routing LR ratios as arms of one batched run (ratio 1 is plain SGD)."""
         base = self.cfgs["sweep"]
-        arms = tuple("sgd" if r == 1 else "em_like" for r in SWEEP_RATIOS)
+        cfg = dataclasses.replace(base, arms=("em_like",) * len(SWEEP_RATIOS), value_lrs=tuple(0.01 * r for r in SWEEP_RATIOS))
         t0 = time.perf_counter()
-        curves = []
-        for ratio in SWEEP_RATIOS:  # one batched run per ratio keeps arm names unique
-            cfg = dataclasses.replace(base, arms=("em_like",), lr_scale={"em_like": 0.01 * ratio})
-            curves.append(self._train(f"sweep-ratio-{ratio}", cfg)["run"].losses[0].numpy())
-        sgd = curves[0]
+        losses = self._train("lr-ratio-sweep", cfg)["run"].losses.numpy()  # (ratios, seeds, steps + 1)
+        sgd = losses[0]
         points = [{"ratio": r, "speedup": st.speedup(sgd, c, base.steps)[0], "final_loss": float(c[:, -1].mean())}
-                  for r, c in zip(SWEEP_RATIOS, curves)]
+                  for r, c in zip(SWEEP_RATIOS, losses)]
         self.data["lr_ratio_sweep"] = {"points": points, "seeds": list(base.seeds), "steps": base.steps}
         ok = all(math.isfinite(p["final_loss"]) and math.isfinite(p["speedup"]) for p in points)
         self._check("experiments/lr-ratio-sweep", "E1", ok, time.perf_counter() - t0, points,
-                    {"ratios": list(SWEEP_RATIOS)}, detail=f"arms {arms}")
+                    {"ratios": list(SWEEP_RATIOS)}, detail="speedup of each ratio against ratio 1 (SGD)")
 
     def speed(self):
         cfg, steps = self.cfgs["speed"], self.cfgs["speed_steps"]

@@ -9,7 +9,7 @@ time, dense masked attention, torch.autograd; the exactness check compares the t
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 
 import torch
 
@@ -47,7 +47,7 @@ class StickyConfig:
     checkpoints: int = 11
     tracked_rows: int = 32
     dtype: str = "float32"
-    lr_scale: dict = field(default_factory=dict, hash=False, compare=False)  # arm -> W_V lr override
+    value_lrs: tuple = ()  # per-arm W_V learning rate overriding the arm's (the LR-ratio sweep)
 
     def validate(self):
         for name in ("length", "steps", "symbols", "d_in", "d_k", "d_v", "blocks", "checkpoints", "tracked_rows"):
@@ -65,6 +65,8 @@ class StickyConfig:
             raise ValueError(f"StickyConfig.arms: unknown {unknown}; choose from {sorted(ARMS)}")
         if not self.seeds or len(set(self.seeds)) != len(self.seeds):
             raise ValueError(f"StickyConfig.seeds must be distinct and non-empty, got {self.seeds}")
+        if self.value_lrs and (len(self.value_lrs) != len(self.arms) or min(self.value_lrs) <= 0):
+            raise ValueError(f"StickyConfig.value_lrs must give one positive LR per arm, got {self.value_lrs}")
         if self.dtype not in ("float32", "float64"):
             raise ValueError(f"StickyConfig.dtype must be float32 or float64, got {self.dtype}")
         return self
@@ -106,8 +108,8 @@ def init_params(cfg, device):
 
 def learning_rates(cfg, device):
     lrs = torch.tensor([ARMS[a][0] for a in cfg.arms], dtype=cfg.torch_dtype, device=device)  # (A, 4)
-    for a, lr in cfg.lr_scale.items():
-        lrs[cfg.arms.index(a), 2] = lr
+    for a, lr in enumerate(cfg.value_lrs):
+        lrs[a, 2] = lr
     mstep = torch.tensor([ARMS[a][1] for a in cfg.arms], device=device)
     return [lrs[:, p].view(-1, 1, 1, 1) for p in range(4)], mstep
 

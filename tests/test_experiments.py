@@ -1,0 +1,121 @@
+"""Experiments: the chain, its exact Bayes predictor, the batched trainer, statistics, simulations."""
+import itertools
+import math
+
+import numpy as np
+import pytest
+import torch
+
+from numeric.experiments import chain, dynamics, sticky, windtunnel
+from numeric.experiments import stats as st
+
+
+def test_transition_matrix_matches_the_authors_row_and_h_min():
+    P = chain.transition_matrix()
+    quoted = [0.350, 0.166, 0.083, 0.055, 0.042]
+    assert np.allclose(P[0, :5].numpy(), quoted, atol=1e-3)
+    assert torch.allclose(P.sum(1), torch.ones(8, dtype=torch.float64))
+    assert torch.allclose(chain.stationary(P), torch.full((8,), 1 / 8, dtype=torch.float64))
+    assert round(chain.conditional_entropy(P), 4) == 1.8292
+
+
+def test_sampling_is_seeded_and_shaped():
+    P, mu = chain.transition_matrix(), chain.symbol_means()
+    x1, y1 = chain.sample(P, mu, 50, [1, 2])
+    x2, y2 = chain.sample(P, mu, 50, [1, 2])
+    assert x1.shape == (2, 49, 20) and y1.shape == (2, 49)
+    assert torch.equal(x1, x2) and torch.equal(y1, y2)
+    assert not torch.equal(chain.sample(P, mu, 50, [3])[1], y1[:1])
+
+
+def test_bayes_predictive_against_path_enumeration():
+    """The HMM filter equals brute-force enumeration of all hidden paths (k = 3, T = 4)."""
+    k, T = 3, 4
+    P = chain.transition_matrix(k, 0.5, 0.5)
+    mu = chain.symbol_means(k, 2, seed=3)
+    x, _ = chain.sample(P, mu, T + 1, [5])
+    pred = chain.bayes_predictive(P, mu, x)[0]
+    pi = chain.stationary(P)
+    for t in range(T):
+        joint = torch.zeros(k, dtype=torch.float64)  # over y_{t+1}
+        for path in itertools.product(range(k), repeat=t + 1):  # y_0 .. y_t
+            w = pi[path[0]] * math.prod(float(P[a, b]) for a, b in zip(path, path[1:]))
+            w *= math.prod(math.exp(-0.5 * float(((x[0, s] - mu[path[s]]) ** 2).sum())) for s in range(t + 1))
+            joint += w * P[path[t]]
+        assert torch.allclose(pred[t], joint / joint.sum(), atol=1e-12)
+
+
+@pytest.mark.parametrize("change,match", [
+    ({"length": -5}, "length must be a positive integer"), ({"self_prob": 1.5}, r"self_prob must lie in \[0, 1\]"),
+    ({"arms": ("adam",)}, "unknown"), ({"dtype": "float16"}, "float32 or float64"), ({"seeds": (1, 1)}, "distinct"),
+    ({"init_std": 0.0}, "init_std must be positive")])
+def test_bad_sticky_config(change, match):
+    import dataclasses
+
+    with pytest.raises(ValueError, match=match):
+        dataclasses.replace(sticky.StickyConfig(), **change).validate()
+
+
+def test_batched_training_equals_the_sequential_loop():
+    cfg = sticky.StickyConfig(length=60, steps=6, seeds=(42, 7), dtype="float64", blocks=3, checkpoints=2, tracked_rows=4)
+    run = sticky.train(cfg)
+    for a, arm in enumerate(cfg.arms):
+        for s in range(2):
+            ref, params = sticky.reference_run(cfg, arm, s, cfg.steps)
+            assert np.allclose(ref, run.losses[a, s, :6].numpy(), atol=1e-12, rtol=0)
+            for p, q in zip(params, run.params):
+                assert torch.allclose(p, q[a, s], atol=1e-12)
+
+
+def test_mstep_arm_uses_the_responsibility_normalised_value_step():
+    cfg = sticky.StickyConfig(length=30, steps=1, seeds=(3,), arms=("em_like", "em_mstep"), dtype="float64", blocks=2)
+    data = sticky.make_data(cfg, "cpu")
+    params = sticky.init_params(cfg, "cpu")
+    _, mstep = sticky.learning_rates(cfg, "cpu")
+    blocks = sticky._blocks(29, 2)
+    _, grads = sticky.gradients(params, data, cfg.d_k ** -0.5, blocks, mstep)
+    x = data.x[0, 0]
+    q, k, v = (x @ w[0, 0] for w in params[:3])
+    mask = torch.ones(29, 29, dtype=torch.bool).tril()
+    alpha = torch.softmax((q @ k.T / math.sqrt(cfg.d_k)).masked_fill(~mask, float("-inf")), -1)
+    o = (alpha @ v).requires_grad_(True)
+    loss = torch.nn.functional.cross_entropy(o @ params[3][0, 0], data.y[0])
+    (u,) = torch.autograd.grad(loss, o)
+    dv = (alpha.T @ u) / alpha.sum(0)[:, None]  # C10: sum_i alpha_ij u_i / N_j
+    assert torch.allclose(grads[2][1, 0], x.T @ dv, atol=1e-14)
+    assert not torch.allclose(grads[2][0, 0], x.T @ dv, atol=1e-6)
+
+
+def test_speedup_statistics():
+    sgd = np.array([[2.0, 1.9, 1.8, 1.7], [2.0, 1.95, 1.85, 1.75]])
+    em = np.array([[2.0, 1.7, 1.6, 1.5], [2.0, 1.8, 1.7, 1.6]])
+    s, threshold, hits = st.speedup(sgd, em, 3)
+    assert threshold == pytest.approx(1.725)
+    assert hits.tolist() == [1, 2] and s == pytest.approx(2.0)
+    lo, hi = st.bootstrap_speedup(sgd, em, 3, resamples=200)
+    assert lo <= s <= hi
+    t, p = st.paired_t([1.0, 2.0, 3.0], [0.5, 1.4, 2.6])
+    assert t > 0 and 0 < p < 1
+    assert math.isnan(st.paired_t([1.0], [2.0])[1])
+    assert st.steps_to_threshold([[3, 3, 3]], 1.0).tolist() == [3]
+
+
+def test_saturation_bound_and_specialisation():
+    cfg = dynamics.DynamicsConfig(instances=8, train_steps=60, checkpoints=4)
+    c9 = dynamics.saturation(cfg)
+    assert max(c9["worst_bound_ratio"]) <= 1.0
+    assert c9["ds_norm"][-1] < c9["ds_norm"][3] and c9["dv_norm"][-1] > c9["dv_norm"][0]
+    e7 = dynamics.specialisation(cfg)
+    assert e7["cos_value_signal"][-1] > e7["cos_value_signal"][0] + 0.3
+    e6 = dynamics.advantage_sign_agreement(cfg)
+    assert all(0.5 < f <= 1.0 for f in e6["scores"])
+
+
+def test_wind_tunnel_bayes_predictive_by_hand():
+    cfg = windtunnel.TunnelConfig(symbols=2, length=4, prior=1.0, sticky=2.0)
+    y = torch.tensor([[0, 0, 1, 0]])
+    pred = windtunnel.bayes_predictive(cfg, y)
+    # t=0: row 0 prior (1+2, 1) -> (3/4, 1/4); t=1: one 0->0 seen -> (4/5, 1/5); t=2: row 1 prior (1, 3) -> (1/4, 3/4)
+    assert torch.allclose(pred[0], torch.tensor([[0.75, 0.25], [0.8, 0.2], [0.25, 0.75]], dtype=torch.float64))
+    with pytest.raises(ValueError, match="symbols must be a positive integer"):
+        windtunnel.TunnelConfig(symbols=0).validate()
