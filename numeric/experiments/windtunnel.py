@@ -101,7 +101,7 @@ def train(cfg, arm, log_every=None):
     opt = torch.optim.SGD(groups, lr=cfg.lr)
     g = torch.Generator().manual_seed(cfg.seed + 17)
     curve = []
-    for step in range(cfg.steps):
+    for _ in range(cfg.steps):
         y = sample(cfg, cfg.batch, g)
         _, logits = model(inputs(cfg, y))
         loss = torch.nn.functional.cross_entropy(logits.flatten(0, 1), y[:, 1:].flatten())
