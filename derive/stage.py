@@ -157,7 +157,9 @@ class DeriveStage:
                 evidence += "; identity steps proved, bound and tightness confirmed by adversarial search"
         else:
             verdict, evidence = "failed", f"only {len(proved_by)} path(s) proved it"
-        self.results.set_claim(claim.id, verdict, evidence, claim.name)
+        self.results.set_claim(claim.id, verdict, evidence, claim.name, statement=claim.statement, ref=claim.ref,
+                               derivation=claim.derivation, kind=claim.kind, paths=proved_by,
+                               parts=[{"name": p.name, "latex": p.latex} for p in claim.parts])
 
     # -- negative controls ---------------------------------------------------------------------------
     def attack(self, claim):

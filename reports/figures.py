@@ -1,0 +1,167 @@
+"""Figures of the report, redrawn from results.json alone (SVG inline in HTML, PDF for LaTeX)."""
+from __future__ import annotations
+
+import io
+
+import matplotlib
+
+matplotlib.use("Agg")
+import matplotlib.pyplot as plt  # noqa: E402
+
+matplotlib.rcParams.update({"svg.hashsalt": "report", "figure.dpi": 100, "font.size": 9, "axes.grid": True,
+                            "grid.alpha": 0.3, "figure.figsize": (6.4, 3.4)})
+COLORS = {"sgd": "#1f77b4", "em_like": "#d62728", "em_mstep": "#2ca02c"}
+
+
+def loss_curves(r):
+    sm = r.get("experiments", {}).get("sticky_markov")
+    if not sm:
+        return None
+    fig, ax = plt.subplots()
+    for arm, d in sm["arms"].items():
+        c = d["curve"]
+        lo = [m - h for m, h in zip(c["mean"], c["ci95"])]
+        hi = [m + h for m, h in zip(c["mean"], c["ci95"])]
+        ax.plot(c["step"], c["mean"], color=COLORS.get(arm), label=arm)
+        ax.fill_between(c["step"], lo, hi, color=COLORS.get(arm), alpha=0.2, linewidth=0)
+    ax.axhline(sm["threshold"], color="k", ls="--", lw=0.8, label="mean final SGD loss")
+    ax.axhline(sm["h_min"], color="gray", ls=":", lw=0.8, label=r"$H_{\min}$")
+    ax.set(xlabel="step", ylabel="training loss (nats)", title="Sticky chain: loss, mean and 95% CI over seeds")
+    ax.legend(fontsize=7)
+    return fig
+
+
+def steps_to_threshold(r):
+    sm = r.get("experiments", {}).get("sticky_markov")
+    if not sm:
+        return None
+    fig, ax = plt.subplots(figsize=(6.4, 2.6))
+    seeds = [str(s) for s in sm["seeds"]]
+    ax.bar(seeds, sm["steps_to_threshold"], color=COLORS["em_like"])
+    ax.axhline(430, color="k", ls="--", lw=0.8, label="paper: 430")
+    ax.set(xlabel="seed", ylabel="EM-like steps", title=f"Steps to the SGD final loss (speedup {sm['speedup']:.2f}x)")
+    ax.legend(fontsize=7)
+    return fig
+
+
+def entropy_floor(r):
+    sm = r.get("experiments", {}).get("sticky_markov")
+    if not sm:
+        return None
+    fig, ax = plt.subplots(figsize=(6.4, 2.8))
+    arms = list(sm["arms"])
+    ax.bar(arms, [sm["arms"][a]["final_entropy"] for a in arms], color=[COLORS.get(a) for a in arms])
+    ax.axhline(sm["h_min"], color="gray", ls=":", label=r"$H_{\min}$ (paper 1.8292)")
+    ax.axhline(sm["bayes_floor"]["entropy"], color="k", ls="--", label="exact Bayes predictive entropy")
+    ax.set(ylabel="final predictive entropy (nats)", ylim=(1.7, None), title="Entropy against the Bayes floor")
+    ax.legend(fontsize=7)
+    return fig
+
+
+def frame_precision(r):
+    fp = r.get("experiments", {}).get("sticky_markov", {}).get("frame_precision")
+    if not fp:
+        return None
+    fig, axes = plt.subplots(1, 2, figsize=(6.4, 2.8))
+    for arm, d in fp.items():
+        axes[0].plot(d["steps"], d["alpha_js_to_final"], color=COLORS.get(arm), label=arm)
+        axes[1].plot(d["steps"], d["values_rel_change_to_final"], color=COLORS.get(arm), label=arm)
+    axes[0].set(xlabel="step", ylabel="JS(alpha, final)", title="frame (attention)")
+    axes[1].set(xlabel="step", ylabel="|W_V - final| / |final|", title="precision (values)")
+    axes[0].legend(fontsize=7)
+    fig.tight_layout()
+    return fig
+
+
+def lr_sweep(r):
+    sw = r.get("experiments", {}).get("lr_ratio_sweep")
+    if not sw:
+        return None
+    fig, ax = plt.subplots(figsize=(6.4, 2.8))
+    pts = sw["points"]
+    ax.plot([p["ratio"] for p in pts], [p["speedup"] for p in pts], "o-")
+    ax.axhline(2.3, color="k", ls="--", lw=0.8, label="paper, ratio 10: 2.3x")
+    ax.set(xscale="log", xlabel="value LR / routing LR", ylabel="speedup vs SGD", title="Learning-rate ratio sweep")
+    ax.legend(fontsize=7)
+    return fig
+
+
+def manifold(r):
+    wt = r.get("experiments", {}).get("wind_tunnel")
+    if not wt:
+        return None
+    d = wt["arms"]["em_like"]["pca_points"]
+    fig, ax = plt.subplots(figsize=(5.0, 3.6))
+    sc = ax.scatter(d["pc1"], d["pc2"], c=d["entropy_bits"], s=4, cmap="viridis")
+    fig.colorbar(sc, ax=ax, label="Bayes predictive entropy (bits)")
+    ax.set(xlabel="PC1", ylabel="PC2", title="Attention outputs (wind tunnel, EM-like arm)")
+    return fig
+
+
+def simulations(r):
+    dyn = r.get("experiments", {}).get("dynamics")
+    if not dyn:
+        return None
+    fig, axes = plt.subplots(1, 3, figsize=(7.2, 2.6))
+    e6, e7, c9 = dyn["advantage_sign"], dyn["specialisation"], dyn["saturation"]
+    axes[0].plot(e6["step_sizes"], e6["scores"], "o-", label="score step")
+    axes[0].plot(e6["step_sizes"], e6["queries_keys"], "s-", label="q/k step")
+    axes[0].set(xscale="log", xlabel="step size", ylabel="sign agreement", title="E6")
+    axes[0].legend(fontsize=6)
+    axes[1].plot(e7["steps"], e7["cos_value_signal"], "o-")
+    axes[1].set(xlabel="step", ylabel="cos(v_j, signal_j)", title="E7")
+    axes[2].plot(c9["max_alpha"], c9["ds_norm"], "o-", label="|dS|")
+    axes[2].plot(c9["max_alpha"], c9["dv_norm"], "s-", label="|dV|")
+    axes[2].set(xlabel="mean max alpha", title="C9 saturation")
+    axes[2].legend(fontsize=6)
+    fig.tight_layout()
+    return fig
+
+
+def scaling(r):
+    rows = r.get("derive", {}).get("scaling")
+    if not rows:
+        return None
+    fig, ax = plt.subplots(figsize=(6.4, 2.6))
+    for var in ("n", "d", "m"):
+        pts = [x for x in rows if x["varied"] == var]
+        ax.plot([p["value"] for p in pts], [p["seconds"] for p in pts], "o-", label=f"vary {var}")
+    ax.set(yscale="log", xlabel="size", ylabel="seconds", title="Exact fixed-size proofs: time against size")
+    ax.legend(fontsize=7)
+    return fig
+
+
+def benchmark(r):
+    rows = [b for b in r.get("benchmarks", []) if b["name"].startswith("numeric/fwd-bwd/module-vs-autograd")]
+    if not rows:
+        return None
+    fig, ax = plt.subplots(figsize=(6.4, 2.6))
+    labels = [f"n={b['shape']['n']}{' causal' if b['shape']['causal'] else ''}" for b in rows]
+    ax.bar(labels, [b["ratio"] for b in rows])
+    ax.axhline(1.0, color="k", ls="--", lw=0.8)
+    ax.set(ylabel="time / autograd", title="Generated module, forward + backward, float32")
+    ax.tick_params(axis="x", labelsize=7)
+    return fig
+
+
+FIGURES = {"loss_curves": loss_curves, "steps_to_threshold": steps_to_threshold, "entropy_floor": entropy_floor,
+           "frame_precision": frame_precision, "lr_sweep": lr_sweep, "manifold": manifold,
+           "simulations": simulations, "scaling": scaling, "benchmark": benchmark}
+
+
+def render_all(results, out_dir):
+    """{name: svg text} for the HTML, and a PDF per figure under out_dir/figures for LaTeX."""
+    out = {}
+    fig_dir = out_dir / "figures"
+    fig_dir.mkdir(parents=True, exist_ok=True)
+    for name, fn in FIGURES.items():
+        fig = fn(results)
+        if fig is None:
+            continue
+        buf = io.StringIO()
+        fig.savefig(buf, format="svg", metadata={"Date": None}, bbox_inches="tight")
+        fig.savefig(fig_dir / f"{name}.pdf", metadata={"CreationDate": None, "ModDate": None}, bbox_inches="tight")
+        plt.close(fig)
+        svg = buf.getvalue()
+        out[name] = svg[svg.index("<svg"):]
+    return out
