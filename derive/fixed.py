@@ -66,11 +66,15 @@ class RingBackend(AttentionModel):
         return self.ring.d(f, x)
 
     def assignments(self, dims):
-        """Every assignment of concrete indices to the claim's free index ranges."""
-        out = [()]
-        for dim in dims:
-            out = [a + (Ix(dim, r),) for a in out for r in range(self.sizes[dim])]
-        return out
+        return assignments(self.sizes, dims)
 
     def equal(self, lhs, rhs):
         return self.ring.is_zero(lhs - rhs)
+
+
+def assignments(sizes, dims):
+    """Every assignment of concrete indices to a claim's free index ranges."""
+    out = [()]
+    for dim in dims:
+        out = [a + (Ix(dim, r),) for a in out for r in range(sizes[dim])]
+    return out

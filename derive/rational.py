@@ -12,7 +12,7 @@ from __future__ import annotations
 import random
 from fractions import Fraction
 
-from derive.fixed import Ix
+from derive.fixed import Ix, assignments
 from derive.model import AttentionModel
 
 
@@ -137,10 +137,7 @@ class DualBackend(AttentionModel):
         return Dual(Dual.lift(f).grad.get((name,) + tuple(i.value for i in ix), 0))
 
     def assignments(self, dims):
-        out = [()]
-        for dim in dims:
-            out = [a + (Ix(dim, r),) for a in out for r in range(self.sizes[dim])]
-        return out
+        return assignments(self.sizes, dims)
 
     def equal(self, lhs, rhs):
         return Dual.lift(lhs).val == Dual.lift(rhs).val
