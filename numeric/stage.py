@@ -122,6 +122,11 @@ class NumericStage:
         s_max = float((q @ q.mT).abs().max()) * q.shape[-1] ** -0.5
         self._check("numeric/large-scores/float64", "C1", err <= 1e-12 and finite, time.perf_counter() - t0,
                     {"max_rel_error": err, "finite": finite, "max_abs_score_approx": s_max}, {"tolerance": 1e-12})
+        t0 = time.perf_counter()  # far beyond: agreement is ill-conditioned (dS ~ rounding of b), but no overflow
+        err, _, finite = agreement.compare_api(case, torch.float64, self.device, magnitude=30.0)
+        self._check("numeric/huge-scores-finite/float64", "C1", finite, time.perf_counter() - t0,
+                    {"finite": finite, "max_abs_score_approx": s_max * (30.0 / 12.0) ** 2, "max_rel_error": err},
+                    {"finite": True}, detail="|s| ~ 5e3: every output finite (agreement not asserted: ill-conditioned)")
         self._timed("numeric/fully-masked-rows-zero", "C1", lambda: agreement.fully_masked_rows_are_zero(self.device),
                     "alpha, dS, dQ rows exactly 0 and everything finite")
         self._timed("numeric/gradcheck-generated-backward", "C3", lambda: agreement.gradcheck_core(self.device),
