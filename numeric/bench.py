@@ -13,6 +13,7 @@ import ctypes
 import gc
 import json
 import statistics
+import subprocess
 import sys
 import time
 from dataclasses import asdict, dataclass
@@ -150,13 +151,26 @@ def bench_size(n, causal, device, dtype=torch.float32, batch=8, d=64, repeats=7)
 
 
 def measure_memory(row, dtype=torch.float32):
-    """Peak memory per runner; run after every timing (it fixes malloc's mmap threshold)."""
-    q, k, v, u = _inputs(row.batch, row.n, row.d, row.device, dtype)
-    mask = torch.ones(row.n, row.n, dtype=torch.bool, device=row.device).tril() if row.causal else None
-    args = (q, k, v, u, mask, row.d ** -0.5)
-    mem = {name: peak_memory_mb(fn, args, row.device) for name, fn in RUNNERS.items()}
-    row.peak_mb = {k: v[0] for k, v in mem.items()}
-    row.memory_method = mem["ours"][1]
+    """Peak memory per runner. On CPU this runs in a child process: fixing malloc's mmap threshold
+    (needed for an honest RSS peak) would otherwise slow every later allocation in this process."""
+    if row.device == "cuda":
+        row.peak_mb, row.memory_method = _peaks(row.n, row.causal, row.device, row.batch, row.d, dtype)
+        return
+    cmd = [sys.executable, "-m", "numeric.bench", "--peak-memory", str(row.n), "--batch", str(row.batch), "--d", str(row.d)]
+    cmd += ["--causal"] if row.causal else []
+    out = subprocess.run(cmd, capture_output=True, text=True, timeout=600, check=True).stdout
+    data = json.loads(out.strip().splitlines()[-1])
+    row.peak_mb, row.memory_method = data["peak_mb"], data["method"]
+
+
+def _peaks(n, causal, device, batch, d, dtype=torch.float32):
+    q, k, v, u = _inputs(batch, n, d, device, dtype)
+    mask = torch.ones(n, n, dtype=torch.bool, device=device).tril() if causal else None
+    args = (q, k, v, u, mask, d ** -0.5)
+    for fn in RUNNERS.values():  # warm-up: first calls allocate lazily initialised state
+        fn(*args)
+    mem = {name: peak_memory_mb(fn, args, device) for name, fn in RUNNERS.items()}
+    return {k: v[0] for k, v in mem.items()}, mem["ours"][1]
 
 
 def run(profile="default", device="cpu", threads=1, log=print):
@@ -193,7 +207,16 @@ def main(argv=None):
     p.add_argument("--device", default="cpu", choices=("cpu", "cuda"))
     p.add_argument("--threads", type=int, default=1)
     p.add_argument("--json", help="also write the rows to this file")
+    p.add_argument("--peak-memory", type=int, metavar="N", help=argparse.SUPPRESS)  # child process of measure_memory
+    p.add_argument("--causal", action="store_true", help=argparse.SUPPRESS)
+    p.add_argument("--batch", type=int, default=8, help=argparse.SUPPRESS)
+    p.add_argument("--d", type=int, default=64, help=argparse.SUPPRESS)
     args = p.parse_args(argv)
+    if args.peak_memory:
+        torch.set_num_threads(args.threads)
+        peaks, method = _peaks(args.peak_memory, args.causal, args.device, args.batch, args.d)
+        print(json.dumps({"peak_mb": peaks, "method": method}))
+        return 0
     if args.device == "cuda" and not torch.cuda.is_available():
         p.error("--device cuda: CUDA is not available")
     if args.threads < 1:
