@@ -43,7 +43,7 @@ def _wrong_step(m, j, a):
 register(Claim(
     id="C1", name="score-advantage",
     statement=r"\frac{\partial L}{\partial s_{ij}} = \alpha_{ij}\Big(b_{ij} - \sum_k \alpha_{ik} b_{ik}\Big)",
-    ref="PAPER.md C1: advantage-based routing (the baseline is E_{alpha_i}[b])",
+    ref="PAPER.md C1: advantage-based routing (the baseline is the alpha-weighted mean of b)",
     parts=(Identity("main", ("n", "n"), "scores", lambda m, i, j: m.derived_grad("s", i, j),
                     lambda m, i, j: m.dS(i, j), r"\partial L/\partial s_{ij} = \alpha_{ij}(b_{ij}-\bar b_i)"),
            # The generated code computes the baseline this way: O(n d) instead of O(n^2 d).
