@@ -65,9 +65,11 @@ def frame_precision(r):
     fig, axes = plt.subplots(1, 2, figsize=(6.4, 2.8))
     for arm, d in fp.items():
         axes[0].plot(d["steps"], d["alpha_js_to_final"], color=COLORS.get(arm), label=arm)
-        axes[1].plot(d["steps"], d["values_rel_change_to_final"], color=COLORS.get(arm), label=arm)
+        axes[1].plot(d["steps"], d["values_rel_change_to_final"], color=COLORS.get(arm), label=f"{arm} W_V")
+        if "V_rel_change_to_final" in d:
+            axes[1].plot(d["steps"], d["V_rel_change_to_final"], color=COLORS.get(arm), ls="--", label=f"{arm} V")
     axes[0].set(xlabel="step", ylabel="JS(alpha, final)", title="frame (attention)")
-    axes[1].set(xlabel="step", ylabel="|W_V - final| / |final|", title="precision (values)")
+    axes[1].set(xlabel="step", ylabel="relative change to final", title="precision (W_V solid, V dashed)")
     axes[0].legend(fontsize=7)
     fig.tight_layout()
     return fig

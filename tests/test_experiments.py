@@ -119,3 +119,21 @@ def test_wind_tunnel_bayes_predictive_by_hand():
     assert torch.allclose(pred[0], torch.tensor([[0.75, 0.25], [0.8, 0.2], [0.25, 0.75]], dtype=torch.float64))
     with pytest.raises(ValueError, match="symbols must be a positive integer"):
         windtunnel.TunnelConfig(symbols=0).validate()
+
+
+def test_interrupted_training_resumes_exactly(tmp_path):
+    cfg = sticky.StickyConfig(length=40, steps=12, seeds=(42, 7), blocks=2, checkpoints=3, tracked_rows=4)
+    full = sticky.train(cfg)
+    state = tmp_path / "run.partial"
+
+    def stop_at(step):
+        if step == 8:
+            raise KeyboardInterrupt
+
+    with pytest.raises(KeyboardInterrupt):
+        sticky.train(cfg, progress=stop_at, state_path=state, save_every=5)
+    assert state.exists()
+    resumed = sticky.train(cfg, state_path=state, save_every=5)
+    assert torch.equal(resumed.losses, full.losses)
+    assert all(torch.equal(a, b) for a, b in zip(resumed.params, full.params))
+    assert len(resumed.tracked) == len(full.tracked)

@@ -91,11 +91,16 @@ class ExperimentStage:
         self.log(f"  {'PASS' if ok else 'FAIL'} {cid:52} {seconds:8.2f}s")
 
     def _train(self, name, cfg):
+        partial = self.cache.key(name, cfg, self.device).with_suffix(".partial")
+
         def run():
+            if partial.exists():
+                self.log(f"  resuming {name} from {partial.name}")
             bar = Progress(cfg.steps, f"{name} ({len(cfg.arms)} arms x {len(cfg.seeds)} seeds)", self.log)
             t0 = time.perf_counter()
-            r = sticky.train(cfg, self.device, progress=lambda s: bar.update(1))
+            r = sticky.train(cfg, self.device, progress=lambda s: bar.update(1), state_path=partial)
             bar.close()
+            partial.unlink(missing_ok=True)
             return {"run": r, "seconds": time.perf_counter() - t0}
 
         return self.cache.get_or_run(name, cfg, self.device, run, self.log)
@@ -180,7 +185,9 @@ class ExperimentStage:
         early = [fp[a]["attention_stable_step"] < fp[a]["values_stable_step"] for a in fp]
         v = "reproduced" if all(early) else ("partly-reproduced" if any(early) else "not-reproduced")
         self.results.set_claim("E4", v, "; ".join(f"{a}: attention stable at step {fp[a]['attention_stable_step']}, "
-                                                   f"values at {fp[a]['values_stable_step']}" for a in fp))
+                                                   f"W_V at {fp[a]['values_stable_step']}, V at {fp[a]['V_stable_step']}"
+                                                   for a in fp) + " (stable: within 20% of the initial distance to the "
+                                                                  "final state)")
 
     # -- exactness, sweep, speed ----------------------------------------------------------------------
     def exactness(self):
@@ -290,16 +297,20 @@ def _curve(losses, points=200):
 
 def frame_precision(cfg, run, tol=0.2):
     """E4: per checkpoint, mean Jensen–Shannon divergence of tracked alpha rows to their final values,
-    and the relative change of W_V to its final value; the first checkpoint after which each stays
+    and the relative change of W_V and of the values V = X W_V to their final values; the first checkpoint after which each stays
     within `tol` of its initial distance to the final state (80% of the way there)."""
     out = {}
+    x = sticky.make_data(cfg, "cpu").x.double()  # (1, S, T, d_in): V = X W_V on the training inputs
     for a, arm in enumerate(cfg.arms):
-        final_a, final_v = run.tracked[-1][a], run.values[-1][a]
+        final_a, final_w = run.tracked[-1][a], run.values[-1][a].double()
+        final_v = x[0] @ final_w
         js = [float(_js(t[a], final_a).mean()) for t in run.tracked]
-        dv = [float((v[a] - final_v).norm() / final_v.norm()) for v in run.values]
-        out[arm] = {"steps": run.checkpoints, "alpha_js_to_final": js, "values_rel_change_to_final": dv,
-                    "attention_stable_step": _stable(run.checkpoints, js, tol),
-                    "values_stable_step": _stable(run.checkpoints, dv, tol)}
+        dw = [float((w[a] - final_w).norm() / final_w.norm()) for w in run.values]
+        dv = [float((x[0] @ w[a].double() - final_v).norm() / final_v.norm()) for w in run.values]
+        out[arm] = {"steps": run.checkpoints, "alpha_js_to_final": js, "values_rel_change_to_final": dw,
+                    "V_rel_change_to_final": dv, "attention_stable_step": _stable(run.checkpoints, js, tol),
+                    "values_stable_step": _stable(run.checkpoints, dw, tol),
+                    "V_stable_step": _stable(run.checkpoints, dv, tol)}
     return out
 
 

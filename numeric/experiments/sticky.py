@@ -9,7 +9,10 @@ time, dense masked attention, torch.autograd; the exactness check compares the t
 from __future__ import annotations
 
 import math
+import os
+import tempfile
 from dataclasses import dataclass
+from pathlib import Path
 
 import torch
 
@@ -222,8 +225,10 @@ class Run:
     values: list  # per checkpoint: W_V (A, S, d_in, d_v)
 
 
-def train(cfg, device="cpu", progress=None):
-    """All seeds and arms at once. `progress(step)` is called after every step."""
+def train(cfg, device="cpu", progress=None, state_path=None, save_every=100):
+    """All seeds and arms at once. `progress(step)` is called after every step. With `state_path`,
+    the state is saved atomically every `save_every` steps and a run finds and resumes it (training
+    is deterministic full-batch descent, so a resumed run equals an uninterrupted one)."""
     cfg.validate()
     data = make_data(cfg, device)
     params = init_params(cfg, device)
@@ -233,21 +238,37 @@ def train(cfg, device="cpu", progress=None):
     rows = torch.linspace(0, T - 1, min(cfg.tracked_rows, T), device=device).round().long()
     marks = sorted({round(cfg.steps * c / (cfg.checkpoints - 1)) for c in range(cfg.checkpoints)}) if cfg.checkpoints > 1 \
         else [cfg.steps]
-    losses, tracked, values = [], [], []
-    for step in range(cfg.steps + 1):
+    losses, tracked, values, start = [], [], [], 0
+    if state_path is not None and Path(state_path).exists():
+        saved = torch.load(state_path, weights_only=False)
+        params = [p.to(device) for p in saved["params"]]
+        losses, tracked, values, start = saved["losses"], saved["tracked"], saved["values"], saved["step"]
+    for step in range(start, cfg.steps + 1):
+        if state_path is not None and step > start and step % save_every == 0:
+            _save_state(state_path, {"params": [p.cpu() for p in params], "losses": losses, "tracked": tracked,
+                                     "values": values, "step": step})
         if step in marks:
             tracked.append(track_alpha(params, data, scale, rows).cpu())
             values.append(params[2].detach().cpu().clone())
         if step == cfg.steps:
-            losses.append(probabilities_loss(params, data, scale, blocks))
+            losses.append(probabilities_loss(params, data, scale, blocks).cpu())
             break
         loss, grads = gradients(params, data, scale, blocks, mstep)
-        losses.append(loss.detach())
+        losses.append(loss.detach().cpu())
         for p, g, lr in zip(params, grads, lrs):
             p.sub_(lr * g)
         if progress:
             progress(step)
-    return Run(torch.stack(losses, -1).cpu().double(), [p.cpu() for p in params], marks, tracked, values)
+    return Run(torch.stack(losses, -1).double(), [p.cpu() for p in params], marks, tracked, values)
+
+
+def _save_state(path, state):
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fd, tmp = tempfile.mkstemp(dir=path.parent, suffix=".tmp")
+    os.close(fd)
+    torch.save(state, tmp)
+    os.replace(tmp, path)
 
 
 def probabilities_loss(params, data, scale, blocks):
