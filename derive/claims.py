@@ -50,6 +50,13 @@ class Claim:
     derivation: str = ""  # the argument, for the report (LaTeX)
     mutants: tuple = field(default_factory=tuple)
 
+    def part(self, name) -> Identity:
+        """The identity called `name` (a mutant's `part`, a code-generation rewrite)."""
+        for p in self.parts:
+            if p.name == name:
+                return p
+        raise KeyError(f"claim {self.id} has no identity named {name!r}")
+
 
 REGISTRY: dict = {}
 

@@ -17,7 +17,7 @@ import sympy as sp
 
 from derive import claims as registry
 from derive.general import GeneralBackend
-from derive.model import LEAVES, LEVELS, Setting
+from derive.model import LEAVES, Setting
 from derive.torch_printer import TorchPrinter, align
 
 GENERATED = Path(__file__).resolve().parents[1] / "numeric" / "generated" / "attention.py"
@@ -41,10 +41,12 @@ class CodegenBackend(GeneralBackend):
         self.lines = []  # (name, free index symbols, expr)
         self.defined = set(inputs)
         self.inputs = tuple(inputs)
+        self.dims = {}  # materialised name -> index ranges (inputs included), for sizes and comments
 
     def _quantity(self, name, ix, compute):
         if name not in MATERIALISE:
             return compute(*ix)
+        self.dims.setdefault(name, tuple(self.dim_of(i) for i in ix))
         if name not in self.defined:
             self.defined.add(name)
             fresh = self.free_indices([self.dim_of(i) for i in ix])
@@ -56,8 +58,7 @@ class CodegenBackend(GeneralBackend):
     def _definition(self, name, fresh, compute):
         if name in self.rewrites:
             cid, part = self.rewrites[name]
-            identity = next(p for p in registry.REGISTRY[cid].parts if p.name == part)
-            return identity.closed(self, *fresh)
+            return registry.REGISTRY[cid].part(part).closed(self, *fresh)
         return compute(*fresh)
 
     def derived_grad(self, name, *ix):
@@ -88,12 +89,8 @@ class Kernel:
 
 
 def _claim_output(name, cid, part):
-    def build(m, *ix):
-        identity = next(p for p in registry.REGISTRY[cid].parts if p.name == part)
-        return identity.closed(m, *ix)
-
-    identity = next(p for p in registry.REGISTRY[cid].parts if p.name == part)
-    return Output(name, build, identity.free)
+    identity = registry.REGISTRY[cid].part(part)
+    return Output(name, identity.closed, identity.free)
 
 
 def _quantity_output(name, method, dims):
@@ -143,7 +140,7 @@ def check_kernels(include_extra=False):
                                     identity.closed, f"{claim.id} / {identity.name}"))
         for m in claim.mutants:
             if m.constant is None:
-                identity = next(p for p in claim.parts if p.name == m.part)
+                identity = claim.part(m.part)
                 out.append(_pair_kernel(_fn_name("mutant", m.id), identity, m.derived or identity.derived,
                                         m.closed, f"negative control {m.id}: {m.description}"))
     return out
@@ -162,14 +159,14 @@ def emit_kernel(kernel: Kernel) -> str:
         ix = m.free_indices(out.dims)
         results.append((out, tuple(ix), out.build(m, *ix)))
     names = _names(m, results)
-    sizes = _sizes(names["__args__"])
+    sizes = _sizes(names["__args__"], m.dims)
     printer = TorchPrinter({k: v for k, v in names.items() if k != "__args__"}, sizes["code"], m.index_dims)
     body = []
     last_use = _last_uses(m.lines, results)
     temporaries = {name for name, _, _ in m.lines}  # never an argument: inputs are not overwritten
     for t, (name, fresh, expr) in enumerate(m.lines):
         dead = {label for label, last in last_use.items() if last == t and label in temporaries}
-        code = _inplace(printer, expr, fresh, dead) or _line(printer, expr, fresh)
+        code = _inplace(printer, expr, fresh, dead)
         if code != name:
             body.append(f"    {name} = {code}  # {_shape(fresh, m)}")
     returned = []
@@ -198,21 +195,21 @@ def _last_uses(lines, results):
 
 
 def _inplace(printer, expr, axes, dead):
-    """Reuse the buffer of a temporary that dies on this line: (T + rest) * f -> T.add_(rest).mul_(f),
-    and a softmax of a dead temporary masks it in place. Avoids allocating n x n buffers (on CPU a
-    fresh large buffer costs page faults: the main cost of a naive elementwise line)."""
+    """The line's code, reusing the buffer of a temporary that dies on it: (T + rest) * f becomes
+    T.add_(rest).mul_(f), and the printer's softmax may overwrite a dead argument. Avoids allocating
+    n x n buffers (on CPU a fresh large buffer costs page faults: the main cost of a naive line)."""
     candidates = sorted((x for x in sp.sympify(expr).atoms(sp.Indexed)
                          if str(x.base.label) in dead and tuple(x.indices) == tuple(axes) and expr.count(x) == 1),
                         key=sp.default_sort_key)
-    code = _line(printer, expr, axes)
     for t in candidates:
-        label = str(t.base.label)
-        if code.startswith(f"_softmax({label}, "):
-            return code.replace("_softmax(", "_softmax_(", 1)
         chain = _update_chain(expr, t)
         if chain is not None:
-            return label + "".join(f".{op}_({_line(printer, arg, axes)})" for op, arg in chain)
-    return None
+            return str(t.base.label) + "".join(f".{op}_({_line(printer, arg, axes)})" for op, arg in chain)
+    printer.overwritable = dead
+    try:
+        return _line(printer, expr, axes)
+    finally:
+        printer.overwritable = set()
 
 
 def _update_chain(expr, t):
@@ -287,18 +284,16 @@ def _names(m, results):
     return names
 
 
-def _sizes(args):
+def _sizes(args, quantity_dims):
+    """Size variables read off the arguments' shapes (leaf ranges, or those of given quantities)."""
     code, lines = {}, []
     for label, name in args:
-        dims = LEAVES.get(label) or LEAVES.get(label.removeprefix("grad_")) or _QUANTITY_DIMS.get(label)
-        for pos, dim in enumerate(dims or ()):
+        dims = quantity_dims.get(label) or LEAVES.get(label.removeprefix("grad_"), ())
+        for pos, dim in enumerate(dims):
             if dim not in code:
                 code[dim] = f"{dim}_size"
                 lines.append(f"    {dim}_size = {name}.shape[{pos - len(dims)}]")
     return {"code": code, "lines": lines}
-
-
-_QUANTITY_DIMS = {"alpha": ("n", "n"), "o": ("n", "dv"), "dQ": ("n", "dk"), "dK": ("n", "dk"), "dV": ("n", "dv")}
 
 
 def _shape(ix, m):
@@ -401,5 +396,3 @@ def main(argv=None):
 if __name__ == "__main__":
     sys.exit(main())
 
-
-__all__ = ["LEVELS", "emit", "api_kernels", "check_kernels", "CodegenBackend"]

@@ -29,12 +29,8 @@ def time_all_identities(sizes, claim_ids=None):
     for claim in registry.claims():
         if claim_ids and claim.id not in claim_ids:
             continue
-        for identity in claim.parts:
-            try:
-                ok, _, _ = fixed(identity, True, f"{claim.id} scaling", [sizes])
-            except Exception:  # an ill-formed claim is reported by the proofs, not here
-                ok = False
-            proved = proved and ok
+        for identity in claim.parts:  # only claims the stage has proved are timed here
+            proved = fixed(identity, True, f"{claim.id} scaling", [sizes])[0] and proved
     return time.perf_counter() - t0, proved
 
 

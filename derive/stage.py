@@ -168,7 +168,7 @@ class DeriveStage:
             if mutant.constant is not None:
                 self._attack_constant(claim, mutant)
                 continue
-            identity = next(p for p in claim.parts if p.name == mutant.part)
+            identity = claim.part(mutant.part)
             opts = dict(self.options(), grid=list(self.profile.mutant_grid))
             for path in PATHS:
                 out = self._run(path, identity, True, f"{claim.id} mutant {mutant.id}", opts, mutant.derived, mutant.closed)

@@ -14,6 +14,7 @@ from typing import NamedTuple
 import sympy as sp
 from sympy.printing.printer import Printer
 
+from derive.general import SIZE_NAMES
 from derive.sumform import UnsupportedNode
 
 LETTERS = "abcdefghijklmnopqrstuvwxyz"
@@ -35,6 +36,7 @@ class TorchPrinter(Printer):
         self.sizes = sizes  # dim -> code for its size
         self.index_dims = index_dims
         self.target = ()  # preferred axis order of the line being printed
+        self.overwritable = set()  # labels of temporaries that die on this line (softmax may reuse them)
 
     def _order(self, axes):
         """Axes in the order of the line's target where they occur there, the rest after."""
@@ -62,7 +64,7 @@ class TorchPrinter(Printer):
         if e in self.index_dims:
             raise UnsupportedNode(f"a bare index {e} cannot be printed as a tensor")
         for dim, size in self.sizes.items():
-            if e.name == _size_name(dim):
+            if e.name == SIZE_NAMES[dim]:
                 return Tensor(size, ())
         if e.name not in self.names:
             raise UnsupportedNode(f"no value bound to scalar {e}")
@@ -201,7 +203,9 @@ class TorchPrinter(Printer):
                         factors.remove(f)
                     x = self.tensor(num.args[0])
                     m = align(self.tensor(mask[0]), x.axes) if mask else "None"
-                    return [Tensor(f"_softmax({x.code}, {m}, dim={_dim(x.axes, j)})", x.axes)]
+                    arg = num.args[0]
+                    fn = "_softmax_" if isinstance(arg, sp.Indexed) and str(arg.base.label) in self.overwritable else "_softmax"
+                    return [Tensor(f"{fn}({x.code}, {m}, dim={_dim(x.axes, j)})", x.axes)]
         return []
 
 
@@ -228,7 +232,7 @@ def _matmul(tensors, codes, dummies, out):
 def _wrap(code):
     """Parenthesise a compound operand before `@` or `.mT` binds to it."""
     depth = 0
-    for _pos, ch in enumerate(code):
+    for ch in code:
         depth += ch in "(["
         depth -= ch in ")]"
         if depth == 0 and ch in " @*+-/":
@@ -246,12 +250,6 @@ def _rowsum(tensors, codes, dummies, out):
         return f"torch.linalg.vecdot({codes[0]}, {codes[1]})"
     dims = ", ".join(str(-1 - i) for i in range(len(dummies)))
     return f"({' * '.join(codes)}).sum(dim=({dims},))" if len(dummies) > 1 else f"({' * '.join(codes)}).sum(dim=-1)"
-
-
-def _size_name(dim):
-    from derive.general import SIZE_NAMES
-
-    return SIZE_NAMES[dim]
 
 
 def _union(groups):

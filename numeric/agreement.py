@@ -14,6 +14,7 @@ import torch
 
 from numeric.api import attention_backward, attention_loss_backward
 from numeric.module import AttentionCore, GeneratedAttention
+from numeric.reference import MASK_KINDS, make_mask, softmax
 
 # float64: 1e-12 (unit roundoff 1.1e-16; softmax + three contractions over n <= 64 lose < 4 digits).
 # float32: 2e-5 (unit roundoff 6e-8; sums over n <= 64 grow the error ~ n u = 4e-6, x5 margin for exp).
@@ -29,7 +30,7 @@ class Case:
     n: int
     d_k: int
     d_v: int
-    mask: str  # none | causal | padding | fully-masked-row | broadcast
+    mask: str  # a kind of numeric.reference.make_mask
     seed: int
 
     def label(self):
@@ -40,7 +41,7 @@ class Case:
 def random_cases(count, seed, max_n=12):
     """Shapes drawn from a seeded generator: n and d from 1, batch and head dims, every mask kind."""
     rng = random.Random(seed)
-    kinds = ("none", "causal", "padding", "fully-masked-row", "broadcast")
+    kinds = MASK_KINDS
     cases = [Case((), 1, 1, 1, "none", seed), Case((2, 3), 1, 2, 1, "causal", seed + 1)]
     while len(cases) < count:
         batch = rng.choice([(), (2,), (2, 3), (1, 4)])
@@ -56,22 +57,9 @@ def make_inputs(case, dtype, device, magnitude=1.0):
     k = torch.randn(shape + (case.d_k,), generator=g, dtype=torch.float64) * magnitude
     v = torch.randn(shape + (case.d_v,), generator=g, dtype=torch.float64)
     u = torch.randn(shape + (case.d_v,), generator=g, dtype=torch.float64)
-    mask = _mask(case, g)
+    mask = make_mask(case.mask, case.batch, case.n, g)
     to = lambda t: t.to(dtype=dtype, device=device)  # noqa: E731
     return to(q), to(k), to(v), to(u), (mask.to(device) if mask is not None else None)
-
-
-def _mask(case, g):
-    n = case.n
-    if case.mask == "none":
-        return None
-    if case.mask in ("causal", "broadcast"):
-        return torch.ones(n, n, dtype=torch.bool).tril()
-    m = torch.rand(case.batch + (n, n), generator=g) < 0.7
-    m |= torch.eye(n, dtype=torch.bool)  # padding keeps the diagonal
-    if case.mask == "fully-masked-row":
-        m[..., n // 2, :] = False
-    return m
 
 
 def autograd_reference(q, k, v, u, mask, scale):
@@ -79,12 +67,7 @@ def autograd_reference(q, k, v, u, mask, scale):
     q, k, v = (t.detach().clone().requires_grad_(True) for t in (q, k, v))
     s = scale * q @ k.transpose(-1, -2)
     s.retain_grad()
-    if mask is None:
-        alpha = torch.softmax(s, -1)
-    else:  # a fully masked row has alpha = 0 (and so zero gradients), without NaN in the backward
-        live = mask.any(-1, keepdim=True)
-        logits = s.masked_fill(~mask, float("-inf")).masked_fill(~live, 0.0)
-        alpha = torch.softmax(logits, -1) * live
+    alpha = softmax(s, mask)
     alpha.retain_grad()
     o = alpha @ v
     (o * u).sum().backward()
@@ -149,8 +132,7 @@ def loss_variant_error(device, seed=3):
     ours = attention_loss_backward(x, *ws, targets, mask=mask)
     leaves = [t.clone().requires_grad_(True) for t in ws]
     q, k, v = (x @ w for w in leaves[:3])
-    alpha = torch.softmax((d_k ** -0.5 * q @ k.transpose(-1, -2)).masked_fill(~mask, float("-inf")), -1)
-    o = alpha @ v
+    o = softmax(d_k ** -0.5 * q @ k.transpose(-1, -2), mask) @ v
     o.retain_grad()
     z = o @ leaves[3]
     loss = torch.nn.functional.cross_entropy(z.reshape(-1, m), targets.reshape(-1), reduction="none").reshape(b + (n,))
@@ -178,7 +160,6 @@ def training_matches_autograd(device, steps=3):
         opt.step()
         ropt.zero_grad()
         q, k, v = x @ ref["w_q"], x @ ref["w_k"], x @ ref["w_v"]
-        a = torch.softmax((4 ** -0.5 * q @ k.transpose(-1, -2)).masked_fill(~mask, float("-inf")), -1)
-        ((a @ v - target) ** 2).sum().backward()
+        ((softmax(4 ** -0.5 * q @ k.transpose(-1, -2), mask) @ v - target) ** 2).sum().backward()
         ropt.step()
     return max(rel_error(p.detach(), ref[k].detach()) for k, p in ours.named_parameters())

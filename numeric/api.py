@@ -64,7 +64,7 @@ def attention_backward(q, k, v, u, *, mask=None, scale=None, validate_inputs=Tru
     scale defaults to 1/sqrt(d_k). validate_inputs=False skips the checks in hot loops.
     float16/bfloat16 inputs are computed in float32 and rounded once to the input dtype.
     """
-    c = _check_qkvu(q, k, v, u, mask, scale) if validate_inputs else (scale or q.shape[-1] ** -0.5)
+    c = _check_qkvu(q, k, v, u, mask, scale) if validate_inputs else default_scale(scale, q)
     if q.dtype in HALF:  # compute in float32, round once at the end (as torch's fused kernels do inside)
         out = attention_backward(*(t.float() for t in (q, k, v, u)), mask=mask, scale=c, validate_inputs=False)
         return AttentionGrads(*(t.to(q.dtype) for t in out))
@@ -77,7 +77,7 @@ def attention_backward(q, k, v, u, *, mask=None, scale=None, validate_inputs=Tru
 
 def attention_forward(q, k, v, *, mask=None, scale=None):
     """alpha and o = alpha v (generated; no validation: used by the module and benchmarks)."""
-    c = scale or q.shape[-1] ** -0.5
+    c = default_scale(scale, q)
     return gen.attention_forward_unmasked(q, k, v, c) if mask is None else gen.attention_forward_masked(q, k, v, mask, c)
 
 
@@ -87,17 +87,25 @@ def attention_loss_backward(x, w_q, w_k, w_v, w_o, targets, *, mask=None, scale=
     if validate_inputs:
         _check_loss_inputs(x, w_q, w_k, w_v, w_o, targets)
     q, k, v = x @ w_q, x @ w_k, x @ w_v
-    c = validate.scale(scale, q.shape[-1]) if validate_inputs else (scale or q.shape[-1] ** -0.5)
+    c = validate.scale(scale, q.shape[-1]) if validate_inputs else default_scale(scale, q)
     if validate_inputs:
         validate.mask(mask, tuple(x.shape[:-2]), x.shape[-2], x.shape[-2], x.device)
     alpha, o = attention_forward(q, k, v, mask=mask, scale=c)
     y = torch.nn.functional.one_hot(targets, w_o.shape[-1]).to(x.dtype)
     p, u, dW_O, loss = gen.readout_backward(o, w_o, y)
     B, dS, dQ, dK, dV = gen.attention_backward_from_forward(q, k, v, alpha, o, u, c)
-    dW_Q, dW_K, dW_V = gen.params_backward(x, dQ, dK, dV)
-    batch = tuple(range(x.dim() - 2))
-    reduce = (lambda t: t.sum(dim=batch)) if batch else (lambda t: t)
-    return LossGrads(loss.sum(), alpha, o, p, u, dS, dQ, dK, dV, reduce(dW_Q), reduce(dW_K), reduce(dW_V), reduce(dW_O))
+    dW_Q, dW_K, dW_V = (sum_batch(t) for t in gen.params_backward(x, dQ, dK, dV))
+    return LossGrads(loss.sum(), alpha, o, p, u, dS, dQ, dK, dV, dW_Q, dW_K, dW_V, sum_batch(dW_O))
+
+
+def default_scale(scale, q):
+    """The scale as given, or 1/sqrt(d_k) (unvalidated: the hot-loop path)."""
+    return scale or q.shape[-1] ** -0.5
+
+
+def sum_batch(t):
+    """A shared parameter's gradient: the per-sequence closed forms (..., r, c) summed over batch dims."""
+    return t.sum(dim=tuple(range(t.dim() - 2))) if t.dim() > 2 else t
 
 
 def _check_loss_inputs(x, w_q, w_k, w_v, w_o, targets):

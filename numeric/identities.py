@@ -10,51 +10,33 @@ from derive import claims as registry
 from derive.codegen import ARG_NAMES, _fn_name
 from derive.model import LEAVES, LEVELS
 from numeric import reference
+from numeric.agreement import TOLERANCE
 
 CODE_TO_LEAF = {code: leaf for leaf, code in ARG_NAMES.items()}
-TOL_FLOAT64 = 1e-12  # relative; float64 unit roundoff is 1.1e-16, these kernels lose at most a few digits
+TOL_FLOAT64 = TOLERANCE[torch.float64]  # the verification tier, relative (see numeric.agreement)
 
 
-def draw_inputs(fn, level, sizes, batch, mask_kind, gen_):
-    """Random float64 inputs for every argument of a generated kernel, plus the boolean mask."""
-    n = sizes["n"]
-    mask = make_mask(mask_kind, batch, n, gen_)
-    leaves, scalars = {}, {}
-    for name in inspect.signature(fn).parameters:
-        if name.startswith("grad_") or name == "mask":
-            continue
-        if name in ("scale", "eta"):
-            scalars[name] = float(torch.empty(()).uniform_(0.3, 1.5, generator=gen_))
-            continue
-        leaf = CODE_TO_LEAF.get(name, name)
-        shape = batch + tuple(sizes[d] for d in LEAVES[leaf])
-        if leaf in ("WO", "WQ", "WK", "WV"):
-            shape = tuple(sizes[d] for d in LEAVES[leaf])
-        if leaf == "Y":
-            cls = torch.randint(0, sizes["m"], batch + (n,), generator=gen_)
-            leaves[leaf] = torch.nn.functional.one_hot(cls, sizes["m"]).double()
-        else:
-            leaves[leaf] = torch.randn(shape, generator=gen_, dtype=torch.float64)
-    for leaf in LEVELS[level]:  # the loss may need free leaves the closed side does not mention
-        if leaf not in leaves:
-            shape = batch + tuple(sizes[d] for d in LEAVES[leaf]) if leaf not in ("WQ", "WK", "WV") else \
-                tuple(sizes[d] for d in LEAVES[leaf])
-            leaves[leaf] = torch.randn(shape, generator=gen_, dtype=torch.float64)
-    for leaf in ("WO", "Y"):
-        if leaf not in leaves:
-            leaves[leaf] = torch.randn(tuple(sizes[d] for d in LEAVES[leaf]), generator=gen_, dtype=torch.float64) \
-                if leaf == "WO" else torch.nn.functional.one_hot(
-                    torch.randint(0, sizes["m"], batch + (n,), generator=gen_), sizes["m"]).double()
-    return leaves, scalars, mask
+SHARED = ("WO", "WQ", "WK", "WV")  # parameters: one copy for every sequence in the batch
+SCALARS = ("scale", "eta")
 
 
-def make_mask(kind, batch, n, gen_):
-    if kind == "causal":
-        return torch.ones(n, n, dtype=torch.bool).tril()
-    if kind == "padding":  # keys beyond a random length per sequence are masked (every row keeps one key)
-        lengths = torch.randint(1, n + 1, batch + (1, 1), generator=gen_)
-        return torch.arange(n).expand(batch + (n, n)) < lengths
-    return None
+def draw_leaf(leaf, sizes, batch, g):
+    """A random float64 value for one leaf of derive.model.LEAVES (targets Y one-hot)."""
+    if leaf == "Y":
+        return torch.nn.functional.one_hot(torch.randint(0, sizes["m"], batch + (sizes["n"],), generator=g),
+                                           sizes["m"]).double()
+    lead = () if leaf in SHARED else batch
+    return torch.randn(lead + tuple(sizes[d] for d in LEAVES[leaf]), generator=g, dtype=torch.float64)
+
+
+def draw_inputs(fn, level, sizes, batch, mask_kind, g):
+    """Random float64 values for the kernel's arguments and for every leaf the loss needs, plus the mask."""
+    mask = reference.make_mask(mask_kind, batch, sizes["n"], g)
+    params = inspect.signature(fn).parameters
+    scalars = {name: float(torch.empty(()).uniform_(0.3, 1.5, generator=g)) for name in params if name in SCALARS}
+    wanted = [CODE_TO_LEAF.get(p, p) for p in params if not p.startswith("grad_") and p not in SCALARS + ("mask",)]
+    wanted += [leaf for leaf in (*sorted(LEVELS[level]), "WO", "Y") if leaf not in wanted]
+    return {leaf: draw_leaf(leaf, sizes, batch, g) for leaf in wanted}, scalars, mask
 
 
 def autograd_grads(fn, level, leaves, mask, scale):
@@ -105,6 +87,6 @@ def cases(module, kind):
             out.append((claim, identity, getattr(module, _fn_name("identity", claim.id, identity.name))))
         for m in claim.mutants if kind == "mutant" else ():
             if m.constant is None:
-                identity = next(p for p in claim.parts if p.name == m.part)
+                identity = claim.part(m.part)
                 out.append((m, identity, getattr(module, _fn_name("mutant", m.id))))
     return out

@@ -4,7 +4,7 @@ from __future__ import annotations
 import torch
 from torch import nn
 
-from numeric.api import attention_forward
+from numeric.api import attention_forward, sum_batch
 from numeric.generated import attention as gen
 
 
@@ -40,10 +40,7 @@ class AttentionHead(torch.autograd.Function):
     def backward(ctx, grad_o):
         x, w_q, w_k, w_v, q, k, v, alpha, o = ctx.saved_tensors
         dQ, dK, dV = gen.attention_grads_from_forward(q, k, v, alpha, o, grad_o, ctx.scale)
-        dW_Q, dW_K, dW_V = gen.params_backward(x, dQ, dK, dV)
-        batch = tuple(range(x.dim() - 2))
-        if batch:
-            dW_Q, dW_K, dW_V = (t.sum(dim=batch) for t in (dW_Q, dW_K, dW_V))
+        dW_Q, dW_K, dW_V = (sum_batch(t) for t in gen.params_backward(x, dQ, dK, dV))
         dX = dQ @ w_q.transpose(0, 1) + dK @ w_k.transpose(0, 1) + dV @ w_v.transpose(0, 1)
         return dX, dW_Q, dW_K, dW_V, None, None
 

@@ -17,8 +17,7 @@ def equality_mutants():
 
 
 def part_of(mutant):
-    claim = registry.REGISTRY[mutant.claim]
-    return next(p for p in claim.parts if p.name == mutant.part)
+    return registry.REGISTRY[mutant.claim].part(mutant.part)
 
 
 @pytest.fixture

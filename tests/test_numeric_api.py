@@ -133,3 +133,17 @@ def test_device_generic_code_runs_on_an_explicit_device():
     """The CUDA path is the same device-generic code; here it runs with device='cpu' made explicit."""
     err, _, finite = compare_api(Case((2,), 5, 3, 2, "causal", 9), torch.float64, torch.device("cpu"))
     assert finite and err <= 1e-12
+
+
+def test_mask_kinds_are_distinct():
+    from numeric.reference import make_mask
+
+    g = torch.Generator().manual_seed(0)
+    shapes = {k: None if (m := make_mask(k, (2, 3), 5, g)) is None else tuple(m.shape)
+              for k in ("none", "causal", "padding", "random", "fully-masked-row", "broadcast")}
+    assert shapes == {"none": None, "causal": (5, 5), "padding": (2, 3, 5, 5), "random": (2, 3, 5, 5),
+                      "fully-masked-row": (2, 3, 5, 5), "broadcast": (2, 1, 5, 5)}
+    padding = make_mask("padding", (4,), 6, g)
+    assert bool(padding[..., 0].all()) and not bool(padding.all())
+    with pytest.raises(ValueError, match="unknown mask kind"):
+        make_mask("diagonal", (), 3, g)

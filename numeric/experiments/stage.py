@@ -10,7 +10,6 @@ import hashlib
 import json
 import math
 import os
-import tempfile
 import time
 from pathlib import Path
 
@@ -59,11 +58,7 @@ class Cache:
             log(f"  cached   {name} ({path.name})")
             return torch.load(path, weights_only=False)
         out = fn()
-        self.root.mkdir(parents=True, exist_ok=True)
-        fd, tmp = tempfile.mkstemp(dir=self.root, suffix=".tmp")
-        os.close(fd)
-        torch.save(out, tmp)
-        os.replace(tmp, path)
+        sticky.save_atomic(out, path)
         return out
 
 

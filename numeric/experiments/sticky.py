@@ -88,22 +88,27 @@ class Data:
     mu: torch.Tensor
 
 
-def make_data(cfg, device, seed_offset=0):
+def make_data(cfg, device, seed_offset=0, seeds=None):
+    """The sequences of `seeds` (default: all of cfg.seeds); each seed's sequence does not depend on
+    which other seeds are sampled with it."""
     P = chain.transition_matrix(cfg.symbols, cfg.self_prob, cfg.off_mass)
     mu = chain.symbol_means(cfg.symbols, cfg.d_in, cfg.mu_seed)
-    x, y = chain.sample(P, mu, cfg.length, [s + seed_offset for s in cfg.seeds])
+    x, y = chain.sample(P, mu, cfg.length, [s + seed_offset for s in (seeds or cfg.seeds)])
     dt = cfg.torch_dtype
     onehot = torch.nn.functional.one_hot(y, cfg.symbols).to(dt)
     return Data(x[None].to(device, dt), y.to(device), onehot[None].to(device), P, mu)
 
 
+def seed_params(cfg, seed):
+    """W_Q, W_K, W_V, W_O ~ N(0, init_std^2) for one seed, in float64."""
+    g = torch.Generator().manual_seed(int(seed))
+    shapes = ((cfg.d_in, cfg.d_k), (cfg.d_in, cfg.d_k), (cfg.d_in, cfg.d_v), (cfg.d_v, cfg.symbols))
+    return [torch.randn(sh, generator=g, dtype=torch.float64) * cfg.init_std for sh in shapes]
+
+
 def init_params(cfg, device):
-    """W_Q, W_K, W_V, W_O ~ N(0, init_std^2) per seed; every arm of a seed starts from the same point."""
-    per_seed = []
-    for s in cfg.seeds:
-        g = torch.Generator().manual_seed(int(s))
-        shapes = ((cfg.d_in, cfg.d_k), (cfg.d_in, cfg.d_k), (cfg.d_in, cfg.d_v), (cfg.d_v, cfg.symbols))
-        per_seed.append([torch.randn(sh, generator=g, dtype=torch.float64) * cfg.init_std for sh in shapes])
+    """Stacked (A, S, ., .) parameters; every arm of a seed starts from the same point."""
+    per_seed = [seed_params(cfg, s) for s in cfg.seeds]
     A = len(cfg.arms)
     return [torch.stack([w[p] for w in per_seed]).expand(A, *([-1] * 3)).clone().to(device, cfg.torch_dtype)
             for p in range(4)]  # each (A, S, ., .)
@@ -117,9 +122,11 @@ def learning_rates(cfg, device):
     return [lrs[:, p].view(-1, 1, 1, 1) for p in range(4)], mstep
 
 
-def _blocks(T, nb):
+def _blocks(T, nb, device="cpu"):
+    """Query blocks (lo, hi) with their causal masks over the key prefix 0..hi (built once per run)."""
     edges = [round(T * b / nb) for b in range(nb + 1)]
-    return [(lo, hi) for lo, hi in zip(edges[:-1], edges[1:]) if hi > lo]
+    return [(lo, hi, torch.ones(hi - lo, hi, dtype=torch.bool, device=device).tril(lo))  # j <= i (global)
+            for lo, hi in zip(edges[:-1], edges[1:]) if hi > lo]
 
 
 def forward(params, data, scale, blocks):
@@ -127,8 +134,7 @@ def forward(params, data, scale, blocks):
     x = data.x
     q, k, v = (x @ w for w in params[:3])  # (A, S, T, d)
     alphas, outs = [], []
-    for lo, hi in blocks:
-        mask = torch.ones(hi - lo, hi, dtype=torch.bool, device=x.device).tril(lo)  # j <= i (global)
+    for lo, hi, mask in blocks:
         alpha, o = gen.attention_forward_masked(q[..., lo:hi, :], k[..., :hi, :], v[..., :hi, :], mask, scale)
         alphas.append(alpha)
         outs.append(o)
@@ -140,16 +146,17 @@ def gradients(params, data, scale, blocks, mstep):
     q, k, v, alphas, o = forward(params, data, scale, blocks)
     _, u, dW_O, loss = gen.readout_backward(o, params[3], data.onehot)
     dQ, dK, dV = torch.zeros_like(q), torch.zeros_like(k), torch.zeros_like(v)
+    any_mstep = bool(mstep.any())
     resp = torch.zeros(v.shape[:-1], dtype=v.dtype, device=v.device)  # N_j = sum_i alpha_ij
-    for (lo, hi), alpha in zip(blocks, alphas):
+    for (lo, hi, _), alpha in zip(blocks, alphas):
         dq, dk, dv = gen.attention_grads_from_forward(q[..., lo:hi, :], k[..., :hi, :], v[..., :hi, :], alpha,
                                                       o[..., lo:hi, :], u[..., lo:hi, :], scale)
         dQ[..., lo:hi, :] = dq
         dK[..., :hi, :] += dk
         dV[..., :hi, :] += dv
-        if bool(mstep.any()):
+        if any_mstep:
             resp[..., :hi] += alpha.sum(-2)
-    if bool(mstep.any()):  # C10: responsibility-normalised value step for the M-step arm
+    if any_mstep:  # C10: responsibility-normalised value step for the M-step arm
         norm = torch.where(mstep.view(-1, 1, 1), resp.clamp_min(1e-12), torch.ones_like(resp))
         dV = dV / norm[..., None]
     dW_Q, dW_K, dW_V = gen.params_backward(data.x, dQ, dK, dV)
@@ -175,9 +182,10 @@ def reference_run(cfg, arm, seed_index, steps, device="cpu"):
     """The authors' way: one seed and arm, dense masked attention, torch.autograd, a Python loop.
 
     Returns the loss after each step's forward (steps values) and the final parameters."""
-    data = make_data(cfg, device)
-    x, y = data.x[0, seed_index], data.y[seed_index]
-    params = [p[cfg.arms.index(arm), seed_index].clone().requires_grad_(True) for p in init_params(cfg, device)]
+    seed = cfg.seeds[seed_index]  # only this run's data and parameters, as a one-run script makes them
+    data = make_data(cfg, device, seeds=(seed,))
+    x, y = data.x[0, 0], data.y[0]
+    params = [p.to(device, cfg.torch_dtype).requires_grad_(True) for p in seed_params(cfg, seed)]
     lrs, mstep = ARMS[arm]
     T = x.shape[0]
     mask = torch.ones(T, T, dtype=torch.bool, device=device).tril()
@@ -234,7 +242,7 @@ def train(cfg, device="cpu", progress=None, state_path=None, save_every=100):
     params = init_params(cfg, device)
     lrs, mstep = learning_rates(cfg, device)
     T = data.x.shape[-2]
-    scale, blocks = 1.0 / math.sqrt(cfg.d_k), _blocks(T, cfg.blocks)
+    scale, blocks = 1.0 / math.sqrt(cfg.d_k), _blocks(T, cfg.blocks, device)
     rows = torch.linspace(0, T - 1, min(cfg.tracked_rows, T), device=device).round().long()
     marks = sorted({round(cfg.steps * c / (cfg.checkpoints - 1)) for c in range(cfg.checkpoints)}) if cfg.checkpoints > 1 \
         else [cfg.steps]
@@ -245,8 +253,9 @@ def train(cfg, device="cpu", progress=None, state_path=None, save_every=100):
         losses, tracked, values, start = saved["losses"], saved["tracked"], saved["values"], saved["step"]
     for step in range(start, cfg.steps + 1):
         if state_path is not None and step > start and step % save_every == 0:
-            _save_state(state_path, {"params": [p.cpu() for p in params], "losses": losses, "tracked": tracked,
-                                     "values": values, "step": step})
+            state = {"params": [p.cpu() for p in params], "losses": losses, "tracked": tracked, "values": values,
+                     "step": step}
+            save_atomic(state, state_path)
         if step in marks:
             tracked.append(track_alpha(params, data, scale, rows).cpu())
             values.append(params[2].detach().cpu().clone())
@@ -262,12 +271,13 @@ def train(cfg, device="cpu", progress=None, state_path=None, save_every=100):
     return Run(torch.stack(losses, -1).double(), [p.cpu() for p in params], marks, tracked, values)
 
 
-def _save_state(path, state):
+def save_atomic(obj, path):
+    """torch.save to a temporary file beside `path`, then rename: a reader never sees half a file."""
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
     fd, tmp = tempfile.mkstemp(dir=path.parent, suffix=".tmp")
     os.close(fd)
-    torch.save(state, tmp)
+    torch.save(obj, tmp)
     os.replace(tmp, path)
 
 
@@ -282,7 +292,7 @@ def evaluate(cfg, params, device="cpu", heldout=False):
     data = make_data(cfg, device, seed_offset=cfg.heldout_seed_offset if heldout else 0)
     params = [p.to(device) for p in params]
     T = data.x.shape[-2]
-    probs = probabilities(params, data, 1.0 / math.sqrt(cfg.d_k), _blocks(T, cfg.blocks)).double().cpu()
+    probs = probabilities(params, data, 1.0 / math.sqrt(cfg.d_k), _blocks(T, cfg.blocks, device)).double().cpu()
     ce, ent, acc = chain.predictive_metrics(probs, data.y[None].cpu().expand(probs.shape[:-1]))
     bayes = chain.bayes_predictive(data.P, data.mu, data.x[0].cpu())  # (S, T, m)
     b_ce, b_ent, b_acc = chain.predictive_metrics(bayes, data.y.cpu())
