@@ -47,8 +47,8 @@ def attention_backward_masked(q, k, v, u, mask, scale):
     baseline = torch.linalg.vecdot(o, u)  # (..., n)
     dS = ((-baseline)[..., :, None] + b) * alpha  # (..., n, n)
     dQ = dS @ (scale * k)  # (..., n, d_k)
-    dK = dS.mT @ (scale * q)  # (..., n, d_k)
-    dV = alpha.mT @ u  # (..., n, d_v)
+    dK = ((scale * q).mT @ dS).mT  # (..., n, d_k)
+    dV = (u.mT @ alpha).mT  # (..., n, d_v)
     B = b  # (..., n, n)
     return alpha, B, dS, dQ, dK, dV
 
@@ -70,8 +70,8 @@ def attention_backward_unmasked(q, k, v, u, scale):
     baseline = torch.linalg.vecdot(o, u)  # (..., n)
     dS = ((-baseline)[..., :, None] + b) * alpha  # (..., n, n)
     dQ = dS @ (scale * k)  # (..., n, d_k)
-    dK = dS.mT @ (scale * q)  # (..., n, d_k)
-    dV = alpha.mT @ u  # (..., n, d_v)
+    dK = ((scale * q).mT @ dS).mT  # (..., n, d_k)
+    dV = (u.mT @ alpha).mT  # (..., n, d_v)
     B = b  # (..., n, n)
     return alpha, B, dS, dQ, dK, dV
 
@@ -82,8 +82,8 @@ def attention_backward_from_forward(q, k, v, alpha, o, u, scale):
     baseline = torch.linalg.vecdot(o, u)  # (..., n)
     dS = ((-baseline)[..., :, None] + b) * alpha  # (..., n, n)
     dQ = dS @ (scale * k)  # (..., n, d_k)
-    dK = dS.mT @ (scale * q)  # (..., n, d_k)
-    dV = alpha.mT @ u  # (..., n, d_v)
+    dK = ((scale * q).mT @ dS).mT  # (..., n, d_k)
+    dV = (u.mT @ alpha).mT  # (..., n, d_v)
     B = b  # (..., n, n)
     return B, dS, dQ, dK, dV
 
@@ -94,8 +94,8 @@ def attention_grads_from_forward(q, k, v, alpha, o, u, scale):
     baseline = torch.linalg.vecdot(o, u)  # (..., n)
     dS = b.sub_(baseline[..., :, None]).mul_(alpha)  # (..., n, n)
     dQ = dS @ (scale * k)  # (..., n, d_k)
-    dK = dS.mT @ (scale * q)  # (..., n, d_k)
-    dV = alpha.mT @ u  # (..., n, d_v)
+    dK = ((scale * q).mT @ dS).mT  # (..., n, d_k)
+    dV = (u.mT @ alpha).mT  # (..., n, d_v)
     return dQ, dK, dV
 
 
@@ -230,7 +230,7 @@ def identity_c2_main(v, s, w_o, y, mask, grad_v):
     z = o @ w_o  # (..., n, m)
     p = _softmax_(z, None, dim=-1)  # (..., n, m)
     u = ((-y) + p) @ (_recip(n_size) * w_o).mT  # (..., n, d_v)
-    dV = alpha.mT @ u  # (..., n, d_v)
+    dV = (u.mT @ alpha).mT  # (..., n, d_v)
     derived = grad_v  # (..., n, d_v)
     closed = dV  # (..., n, d_v)
     return derived, closed
@@ -297,7 +297,7 @@ def mutant_m8_transpose_qk(q, k, v, w_o, y, mask, grad_q, scale):
     baseline = torch.linalg.vecdot(alpha, b)  # (..., n)
     dS = alpha.mul_((-baseline)[..., :, None] + b)  # (..., n, n)
     derived = grad_q  # (..., n, d_k)
-    closed = dS.mT @ (scale * k)  # (..., n, d_k)
+    closed = ((scale * k).mT @ dS).mT  # (..., n, d_k)
     return derived, closed
 
 
@@ -313,7 +313,7 @@ def identity_c4_main(q, k, v, w_o, y, mask, grad_k, scale):
     b = u @ v.mT  # (..., n, n)
     baseline = torch.linalg.vecdot(alpha, b)  # (..., n)
     dS = alpha.mul_((-baseline)[..., :, None] + b)  # (..., n, n)
-    dK = dS.mT @ (scale * q)  # (..., n, d_k)
+    dK = ((scale * q).mT @ dS).mT  # (..., n, d_k)
     derived = grad_k  # (..., n, d_k)
     closed = dK  # (..., n, d_k)
     return derived, closed
@@ -332,7 +332,7 @@ def mutant_m9_transpose_qk(q, k, v, w_o, y, mask, grad_k, scale):
     baseline = torch.linalg.vecdot(alpha, b)  # (..., n)
     dS = alpha.mul_((-baseline)[..., :, None] + b)  # (..., n, n)
     derived = grad_k  # (..., n, d_k)
-    closed = dS.mT @ (scale * k)  # (..., n, d_k)
+    closed = ((scale * k).mT @ dS).mT  # (..., n, d_k)
     return derived, closed
 
 
@@ -416,7 +416,7 @@ def identity_c8_w_v(x, w_q, w_k, w_v, w_o, y, mask, grad_WV, scale):
     z = o @ w_o  # (..., n, m)
     p = _softmax_(z, None, dim=-1)  # (..., n, m)
     u = ((-y) + p) @ (_recip(n_size) * w_o).mT  # (..., n, d_v)
-    dV = alpha.mT @ u  # (..., n, d_v)
+    dV = (u.mT @ alpha).mT  # (..., n, d_v)
     derived = grad_WV  # (..., d_x, d_v)
     closed = x.mT @ dV  # (..., d_x, d_v)
     return derived, closed
@@ -458,7 +458,7 @@ def identity_c8_w_k(x, w_q, w_k, w_v, w_o, y, mask, grad_WK, scale):
     b = u @ v.mT  # (..., n, n)
     baseline = torch.linalg.vecdot(alpha, b)  # (..., n)
     dS = alpha.mul_((-baseline)[..., :, None] + b)  # (..., n, n)
-    dK = dS.mT @ (scale * q)  # (..., n, d_k)
+    dK = ((scale * q).mT @ dS).mT  # (..., n, d_k)
     derived = grad_WK  # (..., d_x, d_k)
     closed = x.mT @ dK  # (..., d_x, d_k)
     return derived, closed
@@ -555,7 +555,7 @@ def identity_c10_completed_square(v, s, w_o, y, delta, mask, grad_v, eta):
     z = o @ w_o  # (..., n, m)
     p = _softmax_(z, None, dim=-1)  # (..., n, m)
     u = ((-y) + p) @ (_recip(n_size) * w_o).mT  # (..., n, d_v)
-    dV = alpha.mT @ u  # (..., n, d_v)
+    dV = (u.mT @ alpha).mT  # (..., n, d_v)
     derived = torch.einsum("...a,...ab,...ab->...a", (eta * _recip(responsibility)), dV, grad_v) + (0.5 * _recip(eta) * responsibility * (delta.square()).sum(dim=-1)) + ((-1 / 2) * _recip(eta) * responsibility * torch.einsum("...a,...ab->...a", ((eta ** 2) * (_recip(responsibility) ** 2)), dV.square())) + torch.linalg.vecdot(delta, grad_v)  # (..., n)
     closed = 0.5 * _recip(eta) * responsibility * (((eta * _recip(responsibility)[..., :, None] * dV) + delta).square()).sum(dim=-1)  # (..., n)
     return derived, closed
@@ -570,7 +570,7 @@ def mutant_m16_plain_gradient_step(v, s, w_o, y, delta, mask, grad_v, eta):
     z = o @ w_o  # (..., n, m)
     p = _softmax_(z, None, dim=-1)  # (..., n, m)
     u = ((-y) + p) @ (_recip(n_size) * w_o).mT  # (..., n, d_v)
-    dV = alpha.mT @ u  # (..., n, d_v)
+    dV = (u.mT @ alpha).mT  # (..., n, d_v)
     derived = torch.linalg.vecdot((eta * dV), grad_v) + (0.5 * _recip(eta) * responsibility * (delta.square()).sum(dim=-1)) + ((-1 / 2) * _recip(eta) * responsibility * (((eta ** 2) * dV.square())).sum(dim=-1)) + torch.linalg.vecdot(delta, grad_v)  # (..., n)
     closed = 0.5 * _recip(eta) * responsibility * (((eta * dV) + delta).square()).sum(dim=-1)  # (..., n)
     return derived, closed
