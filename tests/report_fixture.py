@@ -3,7 +3,7 @@ import json
 
 
 def fixture_results():
-    arms = {a: {"final_loss": 2.0 - 0.05 * i, "final_entropy": 2.05 - 0.05 * i, "accuracy": 0.2 + 0.03 * i,
+    arms = {a: {"seeds": [42, 2024], "final_loss": 2.0 - 0.05 * i, "final_entropy": 2.05 - 0.05 * i, "accuracy": 0.2 + 0.03 * i,
                 "heldout_loss": 2.01 - 0.05 * i, "kl_to_bayes_bits": 0.3 - 0.05 * i, "final_loss_ci95": 0.02,
                 "curve": {"step": [0, 5, 10], "mean": [2.08, 2.0 - 0.02 * i, 1.98 - 0.05 * i], "ci95": [0.0, 0.01, 0.02]}}
             for i, a in enumerate(("sgd", "em_like"))}
@@ -50,7 +50,13 @@ def fixture_results():
             "sticky_markov": {"h_min": 1.8292, "speedup": 1.96, "speedup_ci95": [1.8, 2.1], "steps_to_threshold": [5, 6],
                               "threshold": 1.99, "paired_t": 7.5, "p_value": 0.002, "seeds": [42, 2024], "steps": 10,
                               "length": 200, "bayes_floor": {"loss": 1.85, "entropy": 1.83, "accuracy": 0.34},
-                              "arms": arms, "frame_precision": fp},
+                              "arms": arms, "frame_precision": fp,
+                              "paper_seeds": {"seeds": [42], "speedup": 1.917, "speedup_ci95": [1.7, 2.2],
+                                              "sgd_final_loss": 2.04, "em_like_final_loss": 1.97},
+                              "mu_draws": {"seeds": [42, 2024], "speedup_mean": 2.2, "speedup_ci95": [1.9, 2.5],
+                                           "draws": [{"mu_rng": "numpy-legacy", "mu_seed": 0, "sgd_final_loss": 2.05,
+                                                      "em_like_final_loss": 1.98, "speedup": 2.45,
+                                                      "speedup_ci95": [2.1, 2.9]}]}},
             "lr_ratio_sweep": {"points": [{"ratio": r, "speedup": 1 + r / 20, "final_loss": 2.0} for r in (1, 10, 50)]},
             "speed_vs_sequential": {"speedup": 2.5, "method": "timed over 20 steps", "max_abs_loss_difference": 1e-7},
             "dynamics": {"advantage_sign": {"step_sizes": [1e-3, 1e-1], "scores": [0.9, 0.9], "queries_keys": [0.8, 0.8]},

@@ -19,6 +19,19 @@ def test_transition_matrix_matches_the_authors_row_and_h_min():
     assert round(chain.conditional_entropy(P), 4) == 1.8292
 
 
+def test_mu_generators_are_the_named_conventions():
+    import numpy.random as npr
+
+    np.random.seed(0)  # what `np.random.seed(0); np.random.randn(8, 20)` in a script gives
+    assert np.array_equal(chain.symbol_means(rng="numpy-legacy").numpy(), npr.randn(8, 20))
+    torch.manual_seed(0)
+    assert torch.equal(chain.symbol_means(rng="torch-float32"), torch.randn(8, 20).double())
+    draws = [chain.symbol_means(rng=r) for r in chain.MU_RNGS]
+    assert all(not torch.allclose(a, b) for a, b in itertools.combinations(draws, 2))
+    with pytest.raises(ValueError, match="unknown mu generator"):
+        chain.symbol_means(rng="sobol")
+
+
 def test_sampling_is_seeded_and_shaped():
     P, mu = chain.transition_matrix(), chain.symbol_means()
     x1, y1 = chain.sample(P, mu, 50, [1, 2])
@@ -48,7 +61,8 @@ def test_bayes_predictive_against_path_enumeration():
 @pytest.mark.parametrize("change,match", [
     ({"length": -5}, "length must be a positive integer"), ({"self_prob": 1.5}, r"self_prob must lie in \[0, 1\]"),
     ({"arms": ("adam",)}, "unknown"), ({"dtype": "float16"}, "float32 or float64"), ({"seeds": (1, 1)}, "distinct"),
-    ({"init_std": 0.0}, "init_std must be positive")])
+    ({"init_std": 0.0}, "init_std must be positive"), ({"mu_rng": "mersenne"}, "mu_rng must be one of"),
+    ({"mu_seed": -1}, "mu_seed must be a non-negative integer")])
 def test_bad_sticky_config(change, match):
     import dataclasses
 
@@ -84,6 +98,19 @@ def test_mstep_arm_uses_the_responsibility_normalised_value_step():
     dv = (alpha.T @ u) / alpha.sum(0)[:, None]  # C10: sum_i alpha_ij u_i / N_j
     assert torch.allclose(grads[2][1, 0], x.T @ dv, atol=1e-14)
     assert not torch.allclose(grads[2][0, 0], x.T @ dv, atol=1e-6)
+
+
+@pytest.mark.parametrize("device", ["cpu", "cuda"])
+def test_default_profile_runs_twenty_seeds_with_the_papers_first(device):
+    from numeric.experiments.stage import profile_configs
+
+    cfgs = profile_configs("default", device)  # configs only: nothing is run, no GPU needed
+    main, mstep = cfgs["main"], cfgs["mstep"]
+    assert len(main.seeds) >= 20 and main.seeds[:5] == sticky.PAPER_SEEDS and len(set(main.seeds)) == len(main.seeds)
+    assert main.arms == ("sgd", "em_like") and (main.steps, main.length) == (1000, 2000)
+    assert mstep.arms == ("em_mstep",) and mstep.seeds == (main.seeds if device == "cuda" else sticky.PAPER_SEEDS)
+    assert set(cfgs["exact"].arms) == set(sticky.ARMS) and cfgs["exact"].dtype == "float64"
+    assert cfgs["speed"].seeds == sticky.PAPER_SEEDS and cfgs["speed"].arms == ("sgd", "em_like")
 
 
 def test_speedup_statistics():

@@ -41,6 +41,17 @@ def test_html_is_self_contained(rendered):
     assert html.count("<svg") >= 5  # figures inline
 
 
+def test_paper_seed_subset_is_shown_beside_the_full_seed_set(rendered):
+    out, _ = rendered
+    html = (out / "report.html").read_text()
+    tex = (out / "report.tex").read_text()
+    assert "On the authors' 1 seeds alone: speedup 1.92x (95% CI 1.7&ndash;2.2)" in html
+    assert "On the authors' 1 seeds alone: speedup 1.92$\\times$ (95\\% CI 1.7--2.2)" in tex
+    assert "final loss SGD 2.04, EM-like 1.97 (paper 2.03, 1.93)" in html
+    assert "<td>numpy-legacy</td><td class=\"num\">0</td>" in html and "95% CI over draws 1.9&ndash;2.5" in html
+    assert "numpy-legacy & 0 & 2.05 & 1.98 & 2.45 & 2.1--2.9" in tex
+
+
 def test_tex_escapes_and_sections(rendered):
     out, _ = rendered
     tex = (out / "report.tex").read_text()

@@ -3,6 +3,7 @@ from __future__ import annotations
 
 import math
 
+import numpy as np
 import torch
 
 
@@ -31,10 +32,22 @@ def conditional_entropy(P):
     return float(-(pi[:, None] * P * torch.log(P)).sum())
 
 
-def symbol_means(k=8, dim=20, seed=0, dtype=torch.float64):
-    """mu in R^{k x dim}, N(0, 1), with its own seed (0)."""
-    g = torch.Generator().manual_seed(seed)
-    return torch.randn(k, dim, generator=g, dtype=dtype)
+MU_RNGS = ("torch-float64", "torch-float32", "numpy-legacy")
+
+
+def symbol_means(k=8, dim=20, seed=0, rng="torch-float64"):
+    """mu in R^{k x dim}, N(0, 1), with its own seed (0), as float64.
+
+    PAPER.md fixes the seed but not the generator, and each reading of "drawn with seed 0" gives
+    another mu: torch's float64 normal sampler (ours), torch's float32 one (`torch.manual_seed(0);
+    torch.randn(k, dim)`), numpy's legacy one (`np.random.seed(0); np.random.randn(k, dim)`)."""
+    if rng == "torch-float64":
+        return torch.randn(k, dim, generator=torch.Generator().manual_seed(seed), dtype=torch.float64)
+    if rng == "torch-float32":
+        return torch.randn(k, dim, generator=torch.Generator().manual_seed(seed)).double()
+    if rng == "numpy-legacy":
+        return torch.from_numpy(np.random.RandomState(seed).standard_normal((k, dim)))
+    raise ValueError(f"unknown mu generator {rng!r}; choose from {MU_RNGS}")
 
 
 def sample(P, mu, length, seeds, dtype=torch.float64):

@@ -45,6 +45,7 @@ class StickyConfig:
     self_prob: float = 0.3
     off_mass: float = 0.7
     mu_seed: int = 0
+    mu_rng: str = "torch-float64"  # how mu is drawn from mu_seed (chain.MU_RNGS)
     heldout_seed_offset: int = 1_000_003
     blocks: int = 16
     checkpoints: int = 11
@@ -70,6 +71,10 @@ class StickyConfig:
             raise ValueError(f"StickyConfig.seeds must be distinct and non-empty, got {self.seeds}")
         if self.value_lrs and (len(self.value_lrs) != len(self.arms) or min(self.value_lrs) <= 0):
             raise ValueError(f"StickyConfig.value_lrs must give one positive LR per arm, got {self.value_lrs}")
+        if not isinstance(self.mu_seed, int) or self.mu_seed < 0:
+            raise ValueError(f"StickyConfig.mu_seed must be a non-negative integer, got {self.mu_seed!r}")
+        if self.mu_rng not in chain.MU_RNGS:
+            raise ValueError(f"StickyConfig.mu_rng must be one of {chain.MU_RNGS}, got {self.mu_rng!r}")
         if self.dtype not in ("float32", "float64"):
             raise ValueError(f"StickyConfig.dtype must be float32 or float64, got {self.dtype}")
         return self
@@ -92,7 +97,7 @@ def make_data(cfg, device, seed_offset=0, seeds=None):
     """The sequences of `seeds` (default: all of cfg.seeds); each seed's sequence does not depend on
     which other seeds are sampled with it."""
     P = chain.transition_matrix(cfg.symbols, cfg.self_prob, cfg.off_mass)
-    mu = chain.symbol_means(cfg.symbols, cfg.d_in, cfg.mu_seed)
+    mu = chain.symbol_means(cfg.symbols, cfg.d_in, cfg.mu_seed, cfg.mu_rng)
     x, y = chain.sample(P, mu, cfg.length, [s + seed_offset for s in (seeds or cfg.seeds)])
     dt = cfg.torch_dtype
     onehot = torch.nn.functional.one_hot(y, cfg.symbols).to(dt)
