@@ -113,6 +113,16 @@ def test_default_profile_runs_twenty_seeds_with_the_papers_first(device):
     assert cfgs["speed"].seeds == sticky.PAPER_SEEDS and cfgs["speed"].arms == ("sgd", "em_like")
 
 
+def test_speed_comparison_runs_both_ways_on_the_same_numbers():
+    from numeric.experiments import speed
+
+    cfg = sticky.StickyConfig(length=40, steps=100, seeds=(42, 7), arms=("sgd", "em_like"), blocks=2)
+    res = speed.compare(cfg, 3, rounds=2)
+    assert res["max_abs_loss_difference"] <= 1e-5 and res["runs"] == 4 and len(res["speedup_per_round"]) == 2
+    assert min(res["speedup_per_round"]) <= res["speedup"] <= max(res["speedup_per_round"])
+    assert res["ours_full_run_s"] == pytest.approx(res["ours_timed_s"] * 100 / 3)
+
+
 def test_speedup_statistics():
     sgd = np.array([[2.0, 1.9, 1.8, 1.7], [2.0, 1.95, 1.85, 1.75]])
     em = np.array([[2.0, 1.7, 1.6, 1.5], [2.0, 1.8, 1.7, 1.6]])

@@ -3,6 +3,7 @@ same math (dense masked attention, torch.autograd), one seed and arm at a time, 
 from __future__ import annotations
 
 import dataclasses
+import statistics
 import time
 
 import torch
@@ -10,26 +11,33 @@ import torch
 from numeric.experiments import sticky
 
 
-def compare(cfg, steps, device="cpu"):
-    """Time `steps` steps both ways (same numbers, checked) and extrapolate to cfg.steps.
+def compare(cfg, steps, device="cpu", rounds=3):
+    """Time `steps` steps both ways (same numbers, checked) in `rounds` alternating rounds and
+    extrapolate to cfg.steps; the speedup is the median over rounds, with the range beside it.
 
     Per-step cost is constant in both (fixed shapes), so the ratio of per-step times is the ratio
     of full runs; the extrapolation is labelled as such."""
     short = dataclasses.replace(cfg, steps=steps, checkpoints=1)
     sticky.train(dataclasses.replace(short, steps=1), device)  # warm-up
-    t0 = time.perf_counter()
-    ours = sticky.train(short, device)
-    ours_s = time.perf_counter() - t0
-    seq_s, worst = 0.0, 0.0
-    for a, arm in enumerate(cfg.arms):
-        for s in range(len(cfg.seeds)):
-            t0 = time.perf_counter()
-            losses, _ = sticky.reference_run(short, arm, s, steps, device)
-            seq_s += time.perf_counter() - t0
-            worst = max(worst, float((torch.tensor(losses, dtype=torch.float64) - ours.losses[a, s, :steps]).abs().max()))
+    ours_s, seq_s, worst = [], [], 0.0
+    for _ in range(rounds):
+        t0 = time.perf_counter()
+        ours = sticky.train(short, device)
+        ours_s.append(time.perf_counter() - t0)
+        total = 0.0
+        for a, arm in enumerate(cfg.arms):
+            for s in range(len(cfg.seeds)):
+                t0 = time.perf_counter()
+                losses, _ = sticky.reference_run(short, arm, s, steps, device)
+                total += time.perf_counter() - t0
+                worst = max(worst, float((torch.tensor(losses, dtype=torch.float64) - ours.losses[a, s, :steps]).abs().max()))
+        seq_s.append(total)
+    ratios = [b / a for a, b in zip(ours_s, seq_s)]
     scale = cfg.steps / steps
-    return {"timed_steps": steps, "ours_timed_s": ours_s, "sequential_timed_s": seq_s,
-            "ours_full_run_s": ours_s * scale, "sequential_full_run_s": seq_s * scale,
-            "speedup": seq_s / ours_s, "max_abs_loss_difference": worst, "runs": len(cfg.arms) * len(cfg.seeds),
-            "method": f"both timed over {steps} steps per run and extrapolated x{scale:g}; threads "
-                      f"{torch.get_num_threads()}; dtype {cfg.dtype}"}
+    ours_med, seq_med = statistics.median(ours_s), statistics.median(seq_s)
+    return {"timed_steps": steps, "rounds": rounds, "ours_timed_s": ours_med, "sequential_timed_s": seq_med,
+            "ours_full_run_s": ours_med * scale, "sequential_full_run_s": seq_med * scale,
+            "speedup": statistics.median(ratios), "speedup_per_round": ratios,
+            "max_abs_loss_difference": worst, "runs": len(cfg.arms) * len(cfg.seeds),
+            "method": f"both timed over {steps} steps per run in {rounds} alternating rounds (median), extrapolated "
+                      f"x{scale:g}; threads {torch.get_num_threads()}; dtype {cfg.dtype}"}

@@ -172,7 +172,9 @@ def gradients(params, data, scale, blocks, mstep, work=None):
     x = data.x
     q, k, v = (x @ w for w in params[:3])  # (A, S, T, d)
     T = x.shape[-2]
-    dQ, dK, dV = torch.empty_like(q), torch.zeros_like(k), torch.zeros_like(v)
+    # dK, dV accumulate over blocks transposed, (.., d, T): the generated kernels return them as
+    # transposed views of contiguous products, so each block adds contiguous rows
+    dQ, dKT, dVT = torch.empty_like(q), torch.zeros_like(k.mT), torch.zeros_like(v.mT)
     loss, dW_O = 0.0, 0.0
     any_mstep = bool(mstep.any())
     resp = torch.zeros(v.shape[:-1], dtype=v.dtype, device=v.device) if any_mstep else None  # N_j = sum_i alpha_ij
@@ -184,10 +186,11 @@ def gradients(params, data, scale, blocks, mstep, work=None):
         dq, dk, dv = gen.attention_grads_from_forward(q[..., lo:hi, :], k[..., :hi, :], v[..., :hi, :], alpha, o, u,
                                                       scale)
         dQ[..., lo:hi, :] = dq
-        dK[..., :hi, :] += dk
-        dV[..., :hi, :] += dv
+        dKT[..., :hi] += dk.mT
+        dVT[..., :hi] += dv.mT
         if any_mstep:
             resp[..., :hi] += alpha.sum(-2)
+    dK, dV = dKT.mT, dVT.mT
     if any_mstep:  # C10: responsibility-normalised value step for the M-step arm
         norm = torch.where(mstep.view(-1, 1, 1), resp.clamp_min(1e-12), torch.ones_like(resp))
         dV = dV / norm[..., None]
