@@ -51,6 +51,7 @@ def test_paper_seed_subset_is_shown_beside_the_full_seed_set(rendered):
     assert "<td>numpy-legacy</td><td class=\"num\">0</td>" in html and "95% CI over draws 1.9&ndash;2.5" in html
     assert "numpy-legacy & 0 & 2.05 & 1.98 & 2.45 & 2.1--2.9" in tex
     assert "<b>4.5x</b> (per round 4.25&ndash;4.75)" in html
+    assert "(paper 2.03, 1.93).\n\n\\begin{tabular}" in tex  # a paragraph, not text wrapped around the table
 
 
 def test_tex_escapes_and_sections(rendered):
