@@ -22,7 +22,8 @@ def loss_curves(r):
         c = d["curve"]
         lo = [m - h for m, h in zip(c["mean"], c["ci95"])]
         hi = [m + h for m, h in zip(c["mean"], c["ci95"])]
-        ax.plot(c["step"], c["mean"], color=COLORS.get(arm), label=arm)
+        label = f"{arm} ({len(d['seeds'])} seeds)" if "seeds" in d else arm
+        ax.plot(c["step"], c["mean"], color=COLORS.get(arm), label=label)
         ax.fill_between(c["step"], lo, hi, color=COLORS.get(arm), alpha=0.2, linewidth=0)
     ax.axhline(sm["threshold"], color="k", ls="--", lw=0.8, label="mean final SGD loss")
     ax.axhline(sm["h_min"], color="gray", ls=":", lw=0.8, label=r"$H_{\min}$")
@@ -37,8 +38,12 @@ def steps_to_threshold(r):
         return None
     fig, ax = plt.subplots(figsize=(6.4, 2.6))
     seeds = [str(s) for s in sm["seeds"]]
-    ax.bar(seeds, sm["steps_to_threshold"], color=COLORS["em_like"])
+    paper = set(map(str, sm.get("paper_seeds", {}).get("seeds", [])))
+    bars = ax.bar(seeds, sm["steps_to_threshold"], color=[COLORS["em_like"] if s not in paper else "#8c1515" for s in seeds])
+    if paper:
+        bars[seeds.index(sorted(paper, key=seeds.index)[0])].set_label("the authors' seeds")
     ax.axhline(430, color="k", ls="--", lw=0.8, label="paper: 430")
+    ax.tick_params(axis="x", labelrotation=90 if len(seeds) > 8 else 0, labelsize=7)
     ax.set(xlabel="seed", ylabel="EM-like steps", title=f"Steps to the SGD final loss (speedup {sm['speedup']:.2f}x)")
     ax.legend(fontsize=7)
     return fig
