@@ -124,9 +124,9 @@ class ExperimentStage:
         for name, cfg in (("sticky-main", self.cfgs["main"]), ("sticky-mstep", self.cfgs["mstep"])):
             out = self._train(name, cfg)
             run = out["run"]
-            ev, held = (self.cache.get_or_run(f"{name}-{kind}", cfg, self.device,
-                                              lambda c=cfg, r=run, h=held: sticky.evaluate(c, r.params, self.device, heldout=h),
-                                              self.log) for kind, held in (("eval", False), ("heldout", True)))
+            ev, held = [self.cache.get_or_run(f"{name}-{kind}", cfg, self.device,
+                                              lambda c=cfg, r=run, h=heldout: sticky.evaluate(c, r.params, self.device, heldout=h),
+                                              self.log) for kind, heldout in (("eval", False), ("heldout", True))]
             parts.append((cfg, run, ev, held, out["seconds"]))
         report = self._sticky_report(parts)
         t1 = time.perf_counter()
@@ -141,8 +141,7 @@ class ExperimentStage:
         finite = all(bool(torch.isfinite(L).all()) for L in losses)
         start = float(torch.cat([L[..., 0].flatten() for L in losses]).mean())
         symbols = parts[0][0].symbols
-        self._check("experiments/sticky/valid", "E1", finite and abs(start - math.log(symbols)) < 0.05,
-                    time.perf_counter() - t0,
+        self._check("experiments/sticky/valid", "E1", finite and abs(start - math.log(symbols)) < 0.05, t1 - t0,
                     {"finite": finite, "start_loss": start,
                      "train_seconds": {"main": parts[0][4], "em_mstep": parts[1][4]}},
                     {"start_loss": f"ln {symbols} = {math.log(symbols):.4f}"})
