@@ -2,9 +2,9 @@
 
     python -m numeric.bench [--quick] [--device cpu|cuda] [--threads N] [--json FILE]
 
-Times are medians over repeats, interleaved per size so drift hits all three alike; the ratio is
-ours / autograd measured in one process. Peak memory: CUDA's allocator peak on GPU; on CPU the
-profiler's running sum of allocations (an estimate, labelled as such).
+Times are medians over repeats, interleaved per size so drift hits every runner alike; the ratio is
+ours / autograd measured in one process. Peak memory: CUDA's allocator peak on GPU; on CPU the peak
+resident memory above the baseline (VmHWM), measured in a child process (see measure_memory).
 """
 from __future__ import annotations
 
@@ -139,10 +139,14 @@ def _cpu_peak(fn, args):
         return float("nan"), "unavailable on this platform"
 
 
-def bench_size(n, causal, device, dtype=torch.float32, batch=8, d=64, repeats=7):
-    q, k, v, u = _inputs(batch, n, d, device, dtype)
+def _args(n, causal, device, batch, d, dtype):
+    """(q, k, v, u, mask, scale) for one benchmark size."""
     mask = torch.ones(n, n, dtype=torch.bool, device=device).tril() if causal else None
-    args = (q, k, v, u, mask, d ** -0.5)
+    return (*_inputs(batch, n, d, device, dtype), mask, d ** -0.5)
+
+
+def bench_size(n, causal, device, dtype=torch.float32, batch=8, d=64, repeats=7):
+    args = _args(n, causal, device, batch, d, dtype)
     ref = run_autograd(*args)
     diff = max(float((a - b).abs().max() / b.abs().max()) for name in ("ours", "api", "sdpa")
                for a, b in zip(RUNNERS[name](*args), ref))
@@ -164,9 +168,7 @@ def measure_memory(row, dtype=torch.float32):
 
 
 def _peaks(n, causal, device, batch, d, dtype=torch.float32):
-    q, k, v, u = _inputs(batch, n, d, device, dtype)
-    mask = torch.ones(n, n, dtype=torch.bool, device=device).tril() if causal else None
-    args = (q, k, v, u, mask, d ** -0.5)
+    args = _args(n, causal, device, batch, d, dtype)
     for fn in RUNNERS.values():  # warm-up: first calls allocate lazily initialised state
         fn(*args)
     mem = {name: peak_memory_mb(fn, args, device) for name, fn in RUNNERS.items()}

@@ -51,6 +51,8 @@ def fixture_results():
                               "threshold": 1.99, "paired_t": 7.5, "p_value": 0.002, "seeds": [42, 2024], "steps": 10,
                               "length": 200, "bayes_floor": {"loss": 1.85, "entropy": 1.83, "accuracy": 0.34},
                               "arms": arms, "frame_precision": fp,
+                              "paper": {"sgd_final_loss": 2.03, "em_like_final_loss": 1.93, "speedup": 2.3,
+                                        "speedup_reruns": [2.2, 2.3], "em_steps": 430, "steps": 1000, "h_min": 1.8292},
                               "paper_seeds": {"seeds": [42], "speedup": 1.917, "speedup_ci95": [1.7, 2.2],
                                               "sgd_final_loss": 2.04, "em_like_final_loss": 1.97},
                               "mu_draws": {"seeds": [42, 2024], "speedup_mean": 2.2, "speedup_ci95": [1.9, 2.5],

@@ -9,6 +9,7 @@ from dataclasses import dataclass
 import torch
 
 from numeric import attention_backward
+from numeric.experiments.config import positive, positive_ints
 
 
 @dataclass(frozen=True)
@@ -25,11 +26,10 @@ class DynamicsConfig:
     seed: int = 0
 
     def validate(self):
-        for name in ("n", "d", "classes", "instances", "train_steps", "checkpoints"):
-            if not isinstance(getattr(self, name), int) or getattr(self, name) <= 0:
-                raise ValueError(f"DynamicsConfig.{name} must be a positive integer, got {getattr(self, name)!r}")
-        if any(h <= 0 for h in self.step_sizes) or self.lr <= 0:
-            raise ValueError("DynamicsConfig step sizes and lr must be positive")
+        positive_ints(self, "n", "d", "classes", "instances", "train_steps", "checkpoints")
+        positive(self, "lr")
+        if not self.step_sizes or any(not h > 0 for h in self.step_sizes):
+            raise ValueError(f"DynamicsConfig.step_sizes must be positive, got {self.step_sizes!r}")
         return self
 
 

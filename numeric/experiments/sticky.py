@@ -17,6 +17,7 @@ from pathlib import Path
 import torch
 
 from numeric.experiments import chain
+from numeric.experiments.config import positive, positive_ints
 from numeric.generated import attention as gen
 
 # Arm -> learning rate per parameter (W_Q, W_K, W_V, W_O) and whether the W_V step is the
@@ -54,16 +55,13 @@ class StickyConfig:
     value_lrs: tuple = ()  # per-arm W_V learning rate overriding the arm's (the LR-ratio sweep)
 
     def validate(self):
-        for name in ("length", "steps", "symbols", "d_in", "d_k", "d_v", "blocks", "checkpoints", "tracked_rows"):
-            if not isinstance(getattr(self, name), int) or getattr(self, name) <= 0:
-                raise ValueError(f"StickyConfig.{name} must be a positive integer, got {getattr(self, name)!r}")
+        positive_ints(self, "length", "steps", "symbols", "d_in", "d_k", "d_v", "blocks", "checkpoints", "tracked_rows")
         if self.length < 3:
             raise ValueError(f"StickyConfig.length must be >= 3, got {self.length}")
         for name in ("self_prob", "off_mass"):
             if not 0.0 <= getattr(self, name) <= 1.0:
                 raise ValueError(f"StickyConfig.{name} must lie in [0, 1], got {getattr(self, name)}")
-        if not self.init_std > 0:
-            raise ValueError(f"StickyConfig.init_std must be positive, got {self.init_std}")
+        positive(self, "init_std")
         unknown = [a for a in self.arms if a not in ARMS]
         if unknown or not self.arms:
             raise ValueError(f"StickyConfig.arms: unknown {unknown}; choose from {sorted(ARMS)}")

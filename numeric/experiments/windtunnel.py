@@ -15,6 +15,8 @@ import numpy as np
 import torch
 from scipy import stats
 
+from numeric.experiments import chain
+from numeric.experiments.config import positive, positive_ints
 from numeric.module import GeneratedAttention
 
 
@@ -35,11 +37,10 @@ class TunnelConfig:
     seed: int = 0
 
     def validate(self):
-        for name in ("symbols", "length", "batch", "steps", "d_k", "d_v", "eval_batch", "pca_points"):
-            if not isinstance(getattr(self, name), int) or getattr(self, name) <= 0:
-                raise ValueError(f"TunnelConfig.{name} must be a positive integer, got {getattr(self, name)!r}")
-        if self.prior <= 0 or self.sticky < 0 or self.lr <= 0 or self.value_lr_ratio <= 0:
-            raise ValueError("TunnelConfig: prior and lr must be positive, sticky and value_lr_ratio non-negative")
+        positive_ints(self, "symbols", "length", "batch", "steps", "d_k", "d_v", "eval_batch", "pca_points")
+        positive(self, "prior", "lr", "value_lr_ratio")
+        if not self.sticky >= 0:
+            raise ValueError(f"TunnelConfig.sticky must be non-negative, got {self.sticky!r}")
         return self
 
 
@@ -90,7 +91,7 @@ class Tunnel(torch.nn.Module):
         return o, self.readout(o)
 
 
-def train(cfg, arm, log_every=None):
+def train(cfg, arm):
     """Train one model with arm 'sgd' (one LR) or 'em_like' (value LR x value_lr_ratio)."""
     cfg.validate()
     torch.manual_seed(cfg.seed)
@@ -122,10 +123,10 @@ def evaluate(cfg, model):
     ln2 = math.log(2)
     ent_model = -(p * torch.log(p.clamp_min(1e-300))).sum(-1) / ln2
     ent_bayes = -(bayes * torch.log(bayes)).sum(-1) / ln2
-    kl = (bayes * (torch.log(bayes) - torch.log(p.clamp_min(1e-300)))).sum(-1) / ln2
     pca = _pca(o.flatten(0, 1).numpy(), ent_bayes.flatten().numpy(), cfg)
     within = _within_symbol(o, ent_bayes, y[:, :-1], cfg)
-    return {"within_symbol": within,"kl_bits": float(kl.mean()), "entropy_mae_bits": float((ent_model - ent_bayes).abs().mean()),
+    return {"within_symbol": within, "kl_bits": float(chain.kl_bits(bayes, p).mean()),
+            "entropy_mae_bits": float((ent_model - ent_bayes).abs().mean()),
             "bayes_entropy_bits_mean": float(ent_bayes.mean()), "bayes_entropy_bits_std": float(ent_bayes.std()),
             **pca}
 
