@@ -117,7 +117,7 @@ def api_kernels():
                       "early, so their buffers are reused).", "qk", "linear", False, backward[3:], inputs=("alpha", "o")))
     out.append(Kernel("readout_backward", "p, u = dL/do (C5), dL/dW_O (C8) and the mean CE loss.", "readout", "ce", False,
                       (_quantity_output("p", "p", ("n", "m")), _claim_output("u", "C5", "main"),
-                       _claim_output("dW_O", "C8", "W_O"), Output("loss", lambda m: m.loss(), ()))))
+                       _claim_output("dW_O", "C8", "W_O"), Output("loss", lambda m: m._loss(), ()))))
     out.append(Kernel("params_backward", "dL/dW_Q, dL/dW_K, dL/dW_V (C8) from dQ, dK, dV.", "params", "linear", False,
                       (_claim_output("dW_Q", "C8", "W_Q"), _claim_output("dW_K", "C8", "W_K"),
                        _claim_output("dW_V", "C8", "W_V")), inputs=("dQ", "dK", "dV")))

@@ -46,10 +46,10 @@ class RingBackend(AttentionModel):
     def scalar(self, name):
         return self.ring.leaf((name,))
 
-    def size(self, dim):
+    def _size(self, dim):
         return self.sizes[dim]
 
-    def sum(self, dim, body):
+    def _sum(self, dim, body):
         total = 0
         for r in range(self.sizes[dim]):
             total = body(Ix(dim, r)) + total
@@ -61,7 +61,7 @@ class RingBackend(AttentionModel):
     def log(self, x):
         return self.ring.log(x)
 
-    def grad(self, f, name, *ix):
+    def _grad(self, f, name, ix):
         x = self.ring.leaf_id((name,) + tuple(i.value for i in ix))
         return self.ring.d(f, x)
 

@@ -61,10 +61,10 @@ class GeneralBackend(AttentionModel):
     def scalar(self, name):
         return self.scalars[name]
 
-    def size(self, dim):
+    def _size(self, dim):
         return self.sizes[dim]
 
-    def sum(self, dim, body):
+    def _sum(self, dim, body):
         k = sp.Symbol(f"k{next(self._dummy)}_{dim}", integer=True)
         self.index_dims[k] = dim
         return sp.Sum(body(k), (k, 1, self.sizes[dim]))
@@ -75,8 +75,8 @@ class GeneralBackend(AttentionModel):
     def log(self, x):
         return sp.log(x)
 
-    def grad(self, f, name, *ix):
-        return sp.diff(f, self.entry(name, *ix))
+    def _grad(self, f, name, ix):
+        return sp.diff(f, self.scalars[name] if name in self.scalars else self.entry(name, *ix))
 
     def normaliser(self):
         return Normaliser(self.index_dims, self.sizes)

@@ -46,6 +46,11 @@ LEVELS = {
     "readout": {"o", "WO"},
 }
 LOSSES = ("linear", "ce")
+# Scalar symbols a claim may use or differentiate by (m.c, m.eta; m.grad(f, "c")).
+SCALARS = ("c", "eta")
+# Leaves downstream of the attention output o: the loss linearised at o does not see them.
+READOUT_LEAVES = ("WO", "Y", "U")
+MASK_ALGEBRAS = ("boolean", "causal")
 
 
 class ShapeError(ValueError):
@@ -59,8 +64,11 @@ class Setting:
     level: str
     loss: str
     masked: bool
+    mask_algebra: str = "boolean"  # "causal": the general path may also use M_ii = 1 and transitivity
 
     def __post_init__(self):
+        if self.mask_algebra not in MASK_ALGEBRAS:
+            raise ValueError(f"unknown mask algebra {self.mask_algebra!r}; expected one of {MASK_ALGEBRAS}")
         if self.level not in LEVELS:
             raise ValueError(f"unknown level {self.level!r}; expected one of {sorted(LEVELS)}")
         if self.loss not in LOSSES:
@@ -86,6 +94,8 @@ class AttentionModel:
         self.setting = setting
         self.context = context  # names the claim in error messages
         self._cache = {}
+        # What the claim touched (see `linearisation_exact`): public loss / grad uses, derived names.
+        self.usage = set()
 
     # -- primitives a backend provides -------------------------------------------------------
     def entry(self, name, *ix):  # pragma: no cover - abstract
@@ -94,10 +104,10 @@ class AttentionModel:
     def scalar(self, name):  # pragma: no cover - abstract
         raise NotImplementedError
 
-    def size(self, dim):  # pragma: no cover - abstract
+    def _size(self, dim):  # pragma: no cover - abstract
         raise NotImplementedError
 
-    def sum(self, dim, body):  # pragma: no cover - abstract
+    def _sum(self, dim, body):  # pragma: no cover - abstract
         raise NotImplementedError
 
     def exp(self, x):  # pragma: no cover - abstract
@@ -106,7 +116,8 @@ class AttentionModel:
     def log(self, x):  # pragma: no cover - abstract
         raise NotImplementedError
 
-    def grad(self, f, name, *ix):  # pragma: no cover - abstract
+    def _grad(self, f, name, ix):  # pragma: no cover - abstract
+        """d f / d name[ix]: name a leaf of LEAVES (ix its indices) or a scalar of SCALARS (ix = ())."""
         raise NotImplementedError
 
     def dim_of(self, ix):  # pragma: no cover - abstract
@@ -125,11 +136,17 @@ class AttentionModel:
         return self._cache[key]
 
     # -- typed access ----------------------------------------------------------------------
-    def leaf(self, name, *ix):
-        """An entry of a named quantity, after checking each index's range."""
+    def _check_dim(self, dim):
+        if dim not in DIMS:
+            raise ShapeError(f"{self.context}: unknown dimension {dim!r}; the model's are {', '.join(DIMS)}")
+
+    def _check_indices(self, name, ix, what):
+        if name not in LEAVES:
+            known = ", ".join(list(LEAVES) + list(SCALARS))
+            raise ShapeError(f"{self.context}: unknown leaf {name!r} in {what}; the model's are {known}")
         dims = LEAVES[name]
         if len(ix) != len(dims):
-            raise ShapeError(f"{self.context}: {name} takes {len(dims)} indices, got {len(ix)}")
+            raise ShapeError(f"{self.context}: {name} takes {len(dims)} indices, got {len(ix)} in {what}")
         for pos, (i, want) in enumerate(zip(ix, dims)):
             got = self.dim_of(i)
             if got != want:
@@ -137,7 +154,47 @@ class AttentionModel:
                     f"{self.context}: index {i} ranges over {got} but position {pos + 1} "
                     f"of {name} ranges over {want}"
                 )
+
+    def leaf(self, name, *ix):
+        """An entry of a named quantity, after checking each index's range."""
+        if name in READOUT_LEAVES:
+            self.usage.add(f"leaf:{name}")
+        self._check_indices(name, ix, f"leaf {name}")
         return self.entry(name, *ix)
+
+    def size(self, dim):
+        """The size of a dimension (n = T for positions)."""
+        self._check_dim(dim)
+        return self._size(dim)
+
+    def sum(self, dim, body):
+        """sum over one index of range `dim` of body(index)."""
+        self._check_dim(dim)
+        return self._sum(dim, body)
+
+    def grad(self, f, name, *ix):
+        """d f / d name[ix] for any expression f of the model: name a leaf, or "c" / "eta" with no index.
+
+        Differentiating anything but the loss (a second derivative, a Jacobian) makes every path
+        use the full cross-entropy loss."""
+        self._check_variable(name, ix, "grad")
+        self.usage.add("grad")
+        return self._grad(f, name, tuple(ix))
+
+    def _check_variable(self, name, ix, what):
+        if name in SCALARS:
+            if ix:
+                raise ShapeError(f"{self.context}: scalar {name} takes no indices, got {len(ix)} in {what}")
+            return
+        self._check_indices(name, ix, f"{what} d/d{name}")
+
+    def linearisation_exact(self):
+        """(exact, reason): may the loss be replaced by <U, o> for what this claim touched?
+
+        Exact for first derivatives of the loss with respect to quantities upstream of o, which
+        reach the loss only through o (the chain rule), read through u."""
+        bad = sorted(self.usage - {"derived:" + n for n in list(LEAVES) + list(SCALARS) if n not in READOUT_LEAVES})
+        return (not bad, ", ".join(bad))
 
     def _is_free(self, name):
         return name in LEVELS[self.setting.level]
@@ -217,8 +274,13 @@ class AttentionModel:
         """Class probabilities p_i = softmax(z_i)."""
         return self.exp(self.z(i, c)) / self.G(i)
 
-    @memo
     def loss(self):
+        """L, the loss itself (a claim that reads it is proved at the full cross-entropy loss)."""
+        self.usage.add("loss")
+        return self._loss()
+
+    @memo
+    def _loss(self):
         """L: mean cross-entropy, or <U, o> (the chain rule's linearisation at the outputs)."""
         if self.setting.loss == "linear":
             return self.sum("n", lambda i: self.sum("dv", lambda a: self.leaf("U", i, a) * self.o(i, a)))
@@ -274,10 +336,10 @@ class AttentionModel:
         return self.sum("n", lambda i: self.alpha(i, j))
 
     def derived_grad(self, name, *ix):
-        """dL/d(name)[ix], differentiated by the backend from the loss."""
-        if not self._is_free(name):
-            raise ShapeError(f"{self.context}: {name} is not a free variable at level {self.setting.level}")
-        for i, want in zip(ix, LEAVES[name]):
-            if self.dim_of(i) != want:
-                raise ShapeError(f"{self.context}: index {i} ranges over {self.dim_of(i)}, d/d{name} needs {want}")
-        return self.grad(self.loss(), name, *ix)
+        """dL/d(name)[ix], differentiated by the backend from the loss: a free leaf, or "c" / "eta"."""
+        self._check_variable(name, ix, "derived_grad")
+        if name not in SCALARS and not self._is_free(name):
+            raise ShapeError(f"{self.context}: {name} is not a free variable at level {self.setting.level}; "
+                             f"free there: {', '.join(sorted(LEVELS[self.setting.level]))}")
+        self.usage.add(f"derived:{name}")
+        return self._grad(self._loss(), name, tuple(ix))

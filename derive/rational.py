@@ -108,10 +108,10 @@ class DualBackend(AttentionModel):
             self._values[key] = self._rational(positive=True)  # c and eta are positive
         return Dual(self._values[key], {key: Fraction(1)})
 
-    def size(self, dim):
+    def _size(self, dim):
         return self.sizes[dim]
 
-    def sum(self, dim, body):
+    def _sum(self, dim, body):
         total = Dual(0)
         for r in range(self.sizes[dim]):
             total = total + body(Ix(dim, r))
@@ -132,7 +132,7 @@ class DualBackend(AttentionModel):
         x = Dual.lift(x)
         return Dual(self._generator("log", x), {k: v / x.val for k, v in x.grad.items()})
 
-    def grad(self, f, name, *ix):
+    def _grad(self, f, name, ix):
         # The result is a constant: derivatives of derivatives are not supported here.
         return Dual(Dual.lift(f).grad.get((name,) + tuple(i.value for i in ix), 0))
 
