@@ -13,6 +13,8 @@ import time
 from pathlib import Path
 
 from derive import claims as registry
+from derive import verdict
+from derive.claimfile import ClaimFileError
 from derive.results import Results, environment
 from derive.stage import PROFILES, DeriveStage
 
@@ -47,7 +49,7 @@ def load_claims(args):
     for path in args.claims:
         try:
             added = registry.load_extra(path)
-        except FileNotFoundError as exc:
+        except (FileNotFoundError, ClaimFileError) as exc:
             raise UsageError(str(exc)) from exc
         print(f"loaded {len(added)} extra claim(s) from {path}: {', '.join(added) or '-'}")
     known = {c.id for c in registry.claims()}
@@ -102,10 +104,16 @@ def run_stage(stage, results, args, profile, only_claims):
     results.stages[stage] = {"status": status, "seconds": round(seconds, 3), "checks": len(checks)}
 
 
-def summary(results):
+def selected_claims(only_claims):
+    """The analytic claims this invocation is about: those named by --claim, else every registered one."""
+    return [c for c in registry.claims() if not only_claims or c.id in only_claims]
+
+
+def summary(results, shown):
     lines = ["", f"{'claim':6} {'verdict':18} evidence"]
     for c in results.to_json()["claims"]:
-        lines.append(f"{c['id']:6} {c['verdict']:18} {c['evidence']}")
+        if c["id"] in shown:
+            lines.append(f"{c['id']:6} {c['verdict']:18} {c['evidence']}")
     lines.append("")
     for stage, info in results.stages.items():
         lines.append(f"stage {stage:12} {info['status']:8} {info['seconds']:8.2f}s  {info['checks']} checks")
@@ -113,7 +121,15 @@ def summary(results):
     lines.append(f"checks: {counts['pass']} passed, {counts['fail']} failed, {counts['skipped']} skipped")
     for c in results.failed():
         lines.append(f"FAILED {c.id} (claim {c.claim or '-'}): {c.measured}")
+    for x in results.inconsistencies():
+        lines.append(f"INTERNAL INCONSISTENCY in claim {x['claim']}, {x['part']} ({x['setting']}): "
+                     f"{x['proved_by']} proved what {x['disproved_by']} disproved with a witness")
     return "\n".join(lines)
+
+
+def open_verdicts(results, claims):
+    """Selected analytic claims whose checks ran but did not end in a positive verdict."""
+    return [c.id for c in claims if results.claims.get(c.id, {}).get("verdict") in ("disproved", "undecided", "failed")]
 
 
 def main(argv=None):
@@ -130,13 +146,16 @@ def main(argv=None):
     for stage in STAGES:
         if stage in args.stages:
             run_stage(stage, results, args, profile, only_claims)
+    claims = selected_claims(only_claims)
+    verdict.assign(results, claims)
     results.environment["wall_seconds"] = round(time.perf_counter() - t0, 3)
     path = results.write(Path(args.out))
     if "report" in results.stages:
         print(f"wrote {Path(args.out) / 'report.html'}, report.tex" + (", report.pdf" if (Path(args.out) / "report.pdf").exists() else ""))
-    print(summary(results))
+    shown = {c.id for c in claims if c.id in results.claims} | {cid for cid in results.claims if cid.startswith("E")}
+    print(summary(results, shown))
     print(f"wrote {path}")
-    return 1 if results.failed() else 0
+    return 1 if results.failed() or results.inconsistencies() or open_verdicts(results, claims) else 0
 
 
 if __name__ == "__main__":

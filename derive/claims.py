@@ -7,9 +7,7 @@ it takes to get it proved by each path, attacked by its mutants and reported.
 """
 from __future__ import annotations
 
-import importlib.util
 from dataclasses import dataclass, field
-from pathlib import Path
 from typing import Callable
 
 
@@ -23,7 +21,26 @@ class Identity:
     derived: Callable
     closed: Callable
     latex: str
-    loss: str = "any"  # "ce" forces cross-entropy; "any": linear loss at general size, CE at fixed size
+    # "ce": the full cross-entropy loss on every path. "any": the general path may linearise the loss
+    # at o (L = sum_i u_i . o_i) where that is exact (derive.model.AttentionModel.linearisation_exact).
+    loss: str = "any"
+    # "boolean": the mask is any 0/1 matrix at general size; "causal": also M_ii = 1 and transitivity.
+    mask_algebra: str = "boolean"
+
+    def __post_init__(self):
+        from derive.model import DIMS, LEVELS, MASK_ALGEBRAS
+
+        if not isinstance(self.free, tuple) or any(d not in DIMS for d in self.free):
+            raise ValueError(f"identity {self.name!r}: free must be a tuple of dimensions among {DIMS}, got {self.free!r}")
+        if self.level not in LEVELS:
+            raise ValueError(f"identity {self.name!r}: unknown level {self.level!r}; expected one of {sorted(LEVELS)}")
+        if self.loss not in ("any", "ce"):
+            raise ValueError(f"identity {self.name!r}: loss must be 'any' or 'ce', got {self.loss!r}")
+        if self.mask_algebra not in MASK_ALGEBRAS:
+            raise ValueError(f"identity {self.name!r}: mask_algebra must be one of {MASK_ALGEBRAS}, got {self.mask_algebra!r}")
+        for side in ("derived", "closed"):
+            if not callable(getattr(self, side)):
+                raise ValueError(f"identity {self.name!r}: {side} must be a function of (m, *indices)")
 
 
 @dataclass(frozen=True)
@@ -72,15 +89,10 @@ def register(claim: Claim) -> Claim:
 
 
 def load_extra(path) -> list:
-    """Execute a Python file that calls `register(...)`; return the ids it added."""
-    path = Path(path)
-    if not path.is_file():
-        raise FileNotFoundError(f"extra claims file not found: {path}")
-    before = set(REGISTRY)
-    spec = importlib.util.spec_from_file_location(f"extra_claims_{path.stem}", path)
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return [cid for cid in REGISTRY if cid not in before]
+    """Execute a Python file that calls `register(...)`; return the ids it added (`derive.claimfile`)."""
+    from derive import claimfile
+
+    return claimfile.load(path)
 
 
 def claims() -> list:

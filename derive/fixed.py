@@ -66,15 +66,29 @@ class RingBackend(AttentionModel):
         return self.ring.d(f, x)
 
     def assignments(self, dims):
-        return assignments(self.sizes, dims)
+        return assignments(self.sizes, dims, self.setting.masked)
 
     def equal(self, lhs, rhs):
         return self.ring.is_zero(lhs - rhs)
 
 
-def assignments(sizes, dims):
-    """Every assignment of concrete indices to a claim's free index ranges."""
+def assignments(sizes, dims, masked=True):
+    """The assignments of concrete indices to a claim's free index ranges that need checking.
+
+    Relabelling the values of one range (a permutation of 0..size-1) is an automorphism of the model:
+    every quantity is built from sums over full ranges, so an identity holds at an assignment iff it
+    holds at its relabelled images. One representative per orbit suffices: for each range, only which
+    free indices are equal matters (values 0, 1, 2, ... in order of first use). Positions (n) under
+    the causal mask are not relabelling-invariant and get every value."""
     out = [()]
-    for dim in dims:
-        out = [a + (Ix(dim, r),) for a in out for r in range(sizes[dim])]
+    for pos, dim in enumerate(dims):
+        if masked and dim == "n":
+            out = [a + (Ix(dim, r),) for a in out for r in range(sizes[dim])]
+            continue
+        grown = []
+        for a in out:
+            used = sorted({ix.value for ix in a if ix.dim == dim})
+            fresh = len(used)  # the representative of "different from every earlier one"
+            grown += [a + (Ix(dim, r),) for r in used + ([fresh] if fresh < sizes[dim] else [])]
+        out = grown
     return out

@@ -48,8 +48,10 @@ LEVELS = {
 LOSSES = ("linear", "ce")
 # Scalar symbols a claim may use or differentiate by (m.c, m.eta; m.grad(f, "c")).
 SCALARS = ("c", "eta")
-# Leaves downstream of the attention output o: the loss linearised at o does not see them.
+# Leaves downstream of the attention output o (and U, the linearised loss's own): a claim that
+# touches them, or differentiates by them or by o, is proved at the full cross-entropy loss.
 READOUT_LEAVES = ("WO", "Y", "U")
+LINEARISABLE = tuple(n for n in (*LEAVES, *SCALARS) if n not in READOUT_LEAVES + ("o",))
 MASK_ALGEBRAS = ("boolean", "causal")
 
 
@@ -193,7 +195,7 @@ class AttentionModel:
 
         Exact for first derivatives of the loss with respect to quantities upstream of o, which
         reach the loss only through o (the chain rule), read through u."""
-        bad = sorted(self.usage - {"derived:" + n for n in list(LEAVES) + list(SCALARS) if n not in READOUT_LEAVES})
+        bad = sorted(self.usage - {"derived:" + n for n in LINEARISABLE})
         return (not bad, ", ".join(bad))
 
     def _is_free(self, name):
@@ -283,7 +285,7 @@ class AttentionModel:
     def _loss(self):
         """L: mean cross-entropy, or <U, o> (the chain rule's linearisation at the outputs)."""
         if self.setting.loss == "linear":
-            return self.sum("n", lambda i: self.sum("dv", lambda a: self.leaf("U", i, a) * self.o(i, a)))
+            return self.sum("n", lambda i: self.sum("dv", lambda a: self.entry("U", i, a) * self.o(i, a)))
         per_position = lambda i: self.log(self.G(i)) - self.sum("m", lambda c: self.leaf("Y", i, c) * self.z(i, c))  # noqa: E731
         return self.sum("n", per_position) / self.size("n")
 
@@ -292,7 +294,7 @@ class AttentionModel:
     def u(self, i, a):
         """u_i = dL/do_i: free under the linear loss, the C5 closed form under cross-entropy."""
         if self.setting.loss == "linear":
-            return self.leaf("U", i, a)
+            return self.entry("U", i, a)  # the linearisation's own leaf: not a use of U by the claim
         return self.sum("m", lambda c: self.leaf("WO", a, c) * (self.p(i, c) - self.leaf("Y", i, c))) / self.size("n")
 
     @memo

@@ -1,4 +1,15 @@
-"""Run one identity (or one mutant of it) through each proof path, under a time budget."""
+"""Run one identity (or one mutant of it) through each proof path, under a time budget.
+
+Every path ends in one of three outcomes:
+
+- `proved`: the general path's normal form of derived - closed is 0 (a proof at every size); the
+  fixed path's difference is the zero polynomial at every size of its grid; the rational path's
+  difference is 0 at every sampled point (probabilistic, Schwartz–Zippel).
+- `disproved`: only with a `derive.witness.Witness`: sizes, an exact rational point and both
+  sides' values there, with real exp/log, certified by interval arithmetic.
+- `undecided`: with the reason (an unsupported construct, the time budget, a normal form that did
+  not close, a formal difference no real point confirmed).
+"""
 from __future__ import annotations
 
 import random
@@ -11,14 +22,9 @@ from dataclasses import dataclass, field
 from derive.fixed import RingBackend
 from derive.general import GeneralBackend
 from derive.model import DIMS, Setting, ShapeError
-from derive.rational import DualBackend
 
 PATHS = ("general", "fixed", "rational")
-PATH_LABELS = {
-    "general": "general size (symbolic n, d, m; sum normal form)",
-    "fixed": "fixed size, exact (differential polynomial ring, full CE loss)",
-    "rational": "exact evaluation at random rational points (probabilistic)",
-}
+OUTCOMES = ("proved", "disproved", "undecided")
 
 
 class ProofTimeout(Exception):
@@ -27,13 +33,24 @@ class ProofTimeout(Exception):
 
 @dataclass
 class Outcome:
-    """What one path concluded: equal (proved / mutant accepted) or not, and why."""
+    """What one path concluded, and why."""
 
-    equal: bool
+    status: str  # one of OUTCOMES
     seconds: float
     measured: str
-    error: str = ""
-    per_size: list = field(default_factory=list)  # path b: [{sizes, masked, seconds}]
+    witness: object = None  # derive.witness.Witness when disproved
+    reason: str = ""  # why undecided
+    per_size: list = field(default_factory=list)  # fixed path: [{sizes, masked, seconds}]
+
+    def __post_init__(self):
+        if self.status not in OUTCOMES:
+            raise ValueError(f"unknown outcome {self.status!r}")
+        if self.status == "disproved" and self.witness is None:
+            raise ValueError("a disproof needs a witness")
+
+    @property
+    def equal(self):
+        return self.status == "proved"
 
 
 @contextmanager
@@ -55,50 +72,82 @@ def budget(seconds):
         signal.signal(signal.SIGALRM, previous)
 
 
-def _loss(identity, path):
-    if identity.loss == "ce":
-        return "ce"
-    return "linear" if path == "general" else "ce"
-
-
 def _sides(identity, model, ix, derived, closed):
     return (derived or identity.derived)(model, *ix), (closed or identity.closed)(model, *ix)
 
 
-def general(identity, masked, context, derived=None, closed=None):
-    m = GeneralBackend(Setting(identity.level, _loss(identity, "general"), masked), context)
-    ix = m.free_indices(identity.free)
-    lhs, rhs = _sides(identity, m, ix, derived, closed)
+def distinct_sizes(rng, count):
+    """Small sizes with the five dimensions pairwise distinct (so no claim passes by a size coincidence)."""
+    out = []
+    for _ in range(count):
+        values = rng.sample(range(1, 7), len(DIMS))
+        sizes = dict(zip(DIMS, values))
+        sizes["n"] = max(sizes["n"], 2)
+        if len(set(sizes.values())) < len(DIMS):  # n raised onto another dim's size: swap them back apart
+            sizes["n"] = 7
+        out.append(sizes)
+    return out
+
+
+def _refute(identity, masked, context, sizes_list, seed, derived, closed, why):
+    """disproved with a certified witness, or undecided with `why`."""
+    from derive.witness import find_witness  # the interval evaluator loads only when a check fails
+
+    witness = find_witness(identity, masked, sizes_list, seed, derived, closed, context=context)
+    if witness is not None:
+        return "disproved", f"{why}; witness: {witness.describe()}", witness
+    return "undecided", f"{why}; no real point confirmed a difference", None
+
+
+# -- path a: general size ----------------------------------------------------------------------
+def _general_model(identity, masked, context, derived, closed):
+    """Build both sides, at the loss linearised at o where that is exact, else at the full CE loss."""
+    loss = "ce" if identity.loss == "ce" else "linear"
+    while True:
+        m = GeneralBackend(Setting(identity.level, loss, masked, identity.mask_algebra), context)
+        ix = m.free_indices(identity.free)
+        lhs, rhs = _sides(identity, m, ix, derived, closed)
+        exact, why = m.linearisation_exact()
+        if loss == "ce" or exact:
+            return m, ix, lhs, rhs, ("" if loss == "linear" else f"full CE loss ({why})" if why else "full CE loss")
+        loss = "ce"
+
+
+def general(identity, masked, context, seed=0, derived=None, closed=None):
+    m, ix, lhs, rhs, note = _general_model(identity, masked, context, derived, closed)
     m.check_free(lhs, ix, "the derived side")
     m.check_free(rhs, ix, "the closed form")
     ok, diff = m.equal(lhs, rhs)
-    text = "normal form of derived - closed = 0" if ok else f"nonzero normal form: {str(diff)[:160]}"
-    return ok, text, []
+    suffix = f" [{note}]" if note else ""
+    if ok:
+        return "proved", "normal form of derived - closed = 0" + suffix, [], None
+    sizes = distinct_sizes(random.Random(seed), 3)
+    status, text, witness = _refute(identity, masked, context, sizes, seed, derived, closed,
+                                    f"normal form not closed: {str(diff)[:160]}{suffix}")
+    return status, text, [], witness
 
 
-def fixed(identity, masked, context, grid, derived=None, closed=None):
+# -- path b: fixed sizes, exact ------------------------------------------------------------------
+def fixed(identity, masked, context, grid, seed=0, derived=None, closed=None):
     per_size = []
     for sizes in grid:
         t0 = time.perf_counter()
-        m = RingBackend(Setting(identity.level, _loss(identity, "fixed"), masked), sizes, context)
+        m = RingBackend(Setting(identity.level, "ce", masked), sizes, context)
         for ix in m.assignments(identity.free):
             lhs, rhs = _sides(identity, m, ix, derived, closed)
             if not m.equal(lhs, rhs):
-                return False, f"differs at {_fmt(sizes)}, indices {ix}", per_size
+                where = f"nonzero difference at {_fmt(sizes)}, indices {tuple(i.value for i in ix)}"
+                status, text, witness = _refute(identity, masked, context, [sizes], seed, derived, closed, where)
+                return status, text, per_size, witness
         per_size.append({"sizes": dict(sizes), "masked": masked, "seconds": time.perf_counter() - t0})
-    return True, f"identical at {len(grid)} sizes up to {_fmt(grid[-1])}", per_size
+    return "proved", f"identical at {len(grid)} sizes up to {_fmt(grid[-1])}", per_size, None
 
 
+# -- path c: random rational points --------------------------------------------------------------
 def rational(identity, masked, context, points, seed, derived=None, closed=None):
-    rng = random.Random(seed)
-    for point in range(points):
-        sizes = {dim: rng.randint(2, 4) if dim == "n" else rng.randint(1, 3) for dim in DIMS}
-        m = DualBackend(Setting(identity.level, _loss(identity, "rational"), masked), sizes, rng.randrange(2**31), context)
-        for ix in m.assignments(identity.free):
-            lhs, rhs = _sides(identity, m, ix, derived, closed)
-            if not m.equal(lhs, rhs):
-                return False, f"differs at point {point} ({_fmt(sizes)}), indices {ix}", []
-    return True, f"equal at {points} random rational points (Schwartz–Zippel)", []
+    from derive.rational import rational as evaluate
+
+    return evaluate(identity, masked, context, points, seed, derived, closed)
 
 
 def _fmt(sizes):
@@ -106,18 +155,23 @@ def _fmt(sizes):
 
 
 def run_path(path, identity, masked, context, options, derived=None, closed=None):
-    """Run one path; a shape error propagates, anything else (timeouts included) is a non-proof."""
+    """Run one path; a shape error propagates (an ill-formed claim), anything else is `undecided`."""
+    if path not in PATHS:
+        raise ValueError(f"unknown proof path {path!r}; expected one of {PATHS}")
     t0 = time.perf_counter()
+    seed = options.get("seed", 0)
     try:
         with budget(options.get("budget_s")):
             if path == "general":
-                ok, text, per_size = general(identity, masked, context, derived, closed)
+                status, text, per_size, witness = general(identity, masked, context, seed, derived, closed)
             elif path == "fixed":
-                ok, text, per_size = fixed(identity, masked, context, options["grid"], derived, closed)
+                status, text, per_size, witness = fixed(identity, masked, context, options["grid"], seed, derived, closed)
             else:
-                ok, text, per_size = rational(identity, masked, context, options["points"], options["seed"], derived, closed)
-        return Outcome(ok, time.perf_counter() - t0, text, per_size=per_size)
+                status, text, per_size, witness = rational(identity, masked, context, options["points"], seed, derived, closed)
     except ShapeError:
         raise
-    except Exception as exc:  # a path that cannot decide did not prove
-        return Outcome(False, time.perf_counter() - t0, f"undecided: {type(exc).__name__}: {exc}", error=str(exc))
+    except Exception as exc:  # a path that cannot decide has not proved, nor disproved
+        reason = f"{type(exc).__name__}: {exc}"
+        return Outcome("undecided", time.perf_counter() - t0, f"undecided: {reason}", reason=reason)
+    reason = text if status == "undecided" else ""
+    return Outcome(status, time.perf_counter() - t0, text, witness=witness, reason=reason, per_size=per_size)

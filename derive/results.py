@@ -12,7 +12,8 @@ from pathlib import Path
 SCHEMA_VERSION = 1
 KINDS = ("proof", "negative-control", "numeric", "benchmark", "experiment", "report")
 STATUSES = ("pass", "fail", "skipped")
-VERDICTS = ("proved", "confirmed", "reproduced", "partly-reproduced", "not-reproduced", "failed", "not-run")
+VERDICTS = ("proved", "disproved", "undecided", "confirmed", "reproduced", "partly-reproduced", "not-reproduced", "failed",
+            "not-run")
 PAPER_CLAIMS = {
     "C1": "score-advantage", "C2": "value-responsibility", "C3": "query-gradient", "C4": "key-gradient",
     "C5": "upstream-ce", "C6": "score-zero-sum", "C7": "attention-compatibility", "C8": "parameter-gradients",
@@ -46,6 +47,12 @@ class Check:
     measured: object = None
     expected: object = None
     detail: str = ""
+    # Proof checks: which path, identity and mask setting, and the three-state outcome.
+    path: str = ""
+    part: str = ""
+    setting: str = ""
+    outcome: str = ""  # proved | disproved (with witness) | undecided (reason in measured)
+    witness: dict | None = None
 
     def __post_init__(self):
         if self.kind not in KINDS:
@@ -79,6 +86,10 @@ class Results:
                             "evidence": evidence, **extra}
         self.claims[cid].setdefault("statement", PAPER_STATEMENTS.get(cid, ""))
 
+    def inconsistencies(self):
+        """Every place one proof path proved what another disproved with a witness."""
+        return [{"claim": cid, **x} for cid, c in self.claims.items() for x in c.get("inconsistencies", [])]
+
     def failed(self):
         return [c for c in self.checks if c.status == "fail"]
 
@@ -93,6 +104,7 @@ class Results:
             "stages": self.stages,
             "checks": [asdict(c) for c in self.checks],
             "claims": list(claims.values()),
+            "inconsistencies": self.inconsistencies(),
             "benchmarks": self.benchmarks,
             "experiments": self.experiments,
             "derive": self.derive,

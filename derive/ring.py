@@ -9,13 +9,20 @@ q may contain earlier inverses), leaving a polynomial in leaves and exp/log gene
 tested for being identically zero. Treating exp/log generators as independent makes the test
 sound (a formal zero is a true zero); the claims here never need a relation between them.
 
-A monomial is a Python int holding 8-bit exponents (generator g at bits 8g..8g+7), so monomial
-multiplication is integer addition.
+A monomial is a Python int holding one 9-bit field per generator (generator g at bits 9g..9g+8),
+so monomial multiplication is integer addition. Exponents stay below 256 and the top bit of each
+field is a guard: a product whose exponent reaches 256 sets it, and raises `ExponentOverflow`
+instead of carrying silently into the next generator.
 """
 from __future__ import annotations
 
-BITS = 8
+BITS = 9
+MAX_EXPONENT = (1 << (BITS - 1)) - 1
 MASK = (1 << BITS) - 1
+
+
+class ExponentOverflow(OverflowError):
+    """A monomial exponent above MAX_EXPONENT (the proof path reports it as undecided)."""
 
 
 class Poly:
@@ -67,13 +74,26 @@ class Poly:
             return other
         out = {}
         get = out.get
+        guard = self.ring.guard
         for m1, c1 in self.terms.items():
             for m2, c2 in other.terms.items():
                 m = m1 + m2
+                if m & guard:
+                    self.ring.overflow(m)
                 out[m] = get(m, 0) + c1 * c2
         return Poly(self.ring, {m: c for m, c in out.items() if c})
 
     __rmul__ = __mul__
+
+    def __pow__(self, k):
+        if not isinstance(k, int) or k < 0:
+            return NotImplemented  # negative powers go through division (an inverse generator)
+        out, base = self.ring.const(1), self
+        while k:
+            if k & 1:
+                out = out * base
+            base, k = (base * base if k > 1 else base), k >> 1
+        return out
 
     def __truediv__(self, other):
         other = self._lift(other)
@@ -105,6 +125,11 @@ class DiffRing:
         self._depends = {}
         self._dgen = {}
         self._powers = {}
+        self.guard = 0  # the top bit of every generator's exponent field
+
+    def overflow(self, monomial):
+        g = next(g for g in range(len(self.gens)) if (monomial >> (BITS * g + BITS - 1)) & 1)
+        raise ExponentOverflow(f"exponent of generator {g} ({self.gens[g][0]}) exceeds {MAX_EXPONENT}")
 
     def const(self, c):
         return Poly(self, {0: c} if c else {})
@@ -114,6 +139,7 @@ class DiffRing:
         if g is None:
             g = self._index[key] = len(self.gens)
             self.gens.append((kind, payload))
+            self.guard |= 1 << (BITS * g + BITS - 1)
         return Poly(self, {1 << (BITS * g): 1})
 
     def leaf(self, name):

@@ -7,12 +7,14 @@ from dataclasses import dataclass
 from fractions import Fraction
 
 from derive import claims as registry
-from derive import saturation
+from derive import saturation, verdict
 from derive.model import ShapeError
 from derive.prove import PATHS, Outcome, run_path
 from derive.results import Check
 
 SETTINGS = {False: "unmasked", True: "masked"}
+KILL_CELL = {"disproved": "rejected", "proved": "ACCEPTED", "undecided": "undecided"}
+STATUS = {"proved": "pass", "disproved": "fail", "undecided": "skipped"}  # undecided: the claim's verdict says why
 
 
 @dataclass(frozen=True)
@@ -31,11 +33,21 @@ def _sizes(n, d, m, dx=2):
     return {"n": n, "dk": d, "dv": d, "m": m, "dx": dx}
 
 
+def _distinct(n, dk, dv, m, dx):
+    """A size with the five dimensions pairwise distinct: a claim true only when two coincide fails here."""
+    sizes = {"n": n, "dk": dk, "dv": dv, "m": m, "dx": dx}
+    if len(set(sizes.values())) != len(sizes) or min(sizes.values()) < 3:
+        raise ValueError(f"not pairwise distinct and >= 3: {sizes}")
+    return sizes
+
+
 PROFILES = {
-    "quick": Profile("quick", (_sizes(2, 2, 2), _sizes(3, 2, 2), _sizes(4, 2, 2)), 2, (_sizes(3, 2, 2),), 30, 60.0),
+    "quick": Profile("quick", (_sizes(2, 2, 2), _sizes(3, 2, 2), _sizes(4, 2, 2), _distinct(3, 4, 5, 7, 6)),
+                     2, (_sizes(3, 2, 2),), 30, 60.0),
     "default": Profile(
         "default",
-        (_sizes(2, 2, 2), _sizes(3, 2, 2), _sizes(4, 2, 2), _sizes(4, 3, 3, 3), _sizes(5, 3, 3, 3), _sizes(6, 3, 3, 3)),
+        (_sizes(2, 2, 2), _sizes(3, 2, 2), _sizes(4, 2, 2), _sizes(4, 3, 3, 3), _sizes(5, 3, 3, 3), _sizes(6, 3, 3, 3),
+         _distinct(4, 3, 5, 7, 6), _distinct(5, 6, 4, 3, 7)),
         4, (_sizes(3, 2, 2),), 120, 300.0),
 }
 
@@ -63,6 +75,7 @@ class DeriveStage:
         for claim in selected:
             self.prove_claim(claim)
             self.attack(claim)
+        verdict.assign(self.results, selected)
         self.results.derive["kill_matrix"] = self.kill
         self.results.derive["paths"] = list(PATHS) + ["adversarial"]
         self.results.derive["fixed_size_timings"] = self.per_size
@@ -96,35 +109,34 @@ class DeriveStage:
 
     # -- proofs ----------------------------------------------------------------------------------
     def prove_claim(self, claim):
-        passed = {path: True for path in PATHS}
         for identity in claim.parts:
             for path in PATHS:
                 for masked in (False, True):
-                    ok = self._prove(claim, identity, path, masked)
-                    passed[path] = passed[path] and ok
+                    self._prove(claim, identity, path, masked)
         if claim.kind == "inequality":
-            passed["adversarial"] = self._inequality_checks(claim)
-        self._verdict(claim, passed)
+            self._inequality_checks(claim)
 
     def _prove(self, claim, identity, path, masked):
         context = f"{claim.id} ({claim.name}) / {identity.name}"
         out = self._run(path, identity, masked, context, self.options())
         cid = f"derive/{claim.id}/{slug(identity.name)}/{path}/{SETTINGS[masked]}"
-        status = "pass" if out.equal else "fail"
-        self.results.add(Check(cid, "derive", "proof", claim.id, status, round(out.seconds, 4),
-                               out.measured, "derived == closed form", detail=f"path {path}"))
+        status = STATUS[out.status]
+        self.results.add(Check(cid, "derive", "proof", claim.id, status, round(out.seconds, 4), out.measured,
+                               "derived == closed form", detail=f"path {path}", path=path, part=identity.name,
+                               setting=SETTINGS[masked], outcome=out.status,
+                               witness=out.witness.to_json() if out.witness else None))
         for rec in out.per_size:
             self.per_size.append({"claim": claim.id, "part": identity.name, **rec})
-        self.log(f"  {status.upper():4} {cid:58} {out.seconds:7.3f}s  {out.measured if not out.equal else ''}")
-        return out.equal
+        self.log(f"  {out.status.upper():9} {cid:58} {out.seconds:7.3f}s  {out.measured if not out.equal else ''}")
+        return out
 
     @staticmethod
     def _run(path, identity, masked, context, options, derived=None, closed=None):
-        """run_path, with an ill-formed claim reported as a failed check that names the index."""
+        """run_path; an ill-formed claim (caught by `derive.claimfile` before a run) is undecided here."""
         try:
             return run_path(path, identity, masked, context, options, derived, closed)
         except ShapeError as exc:
-            return Outcome(False, 0.0, f"ill-formed claim: {exc}", error=str(exc))
+            return Outcome("undecided", 0.0, f"ill-formed claim: {exc}", reason=str(exc))
 
     def _inequality_checks(self, claim):
         t0 = time.perf_counter()
@@ -143,23 +155,6 @@ class DeriveStage:
                                "pass" if ok else "fail", round(time.perf_counter() - t0, 4),
                                {str(e): str(r) for e, r in zip(eps, exact)}, "ratio = 1 - eps exactly"))
         self.log(f"  {'PASS' if holds and tight and ok else 'FAIL'} derive/{claim.id}/inequality  sup ratio {search.sup_ratio:.6f}")
-        return holds and tight and ok
-
-    def _verdict(self, claim, passed):
-        proved_by = [p for p in PATHS if passed[p]]
-        failed = [p for p, ok in passed.items() if not ok]
-        if failed:
-            verdict, evidence = "failed", f"not proved by: {', '.join(failed)}; proved by: {', '.join(proved_by) or 'none'}"
-        elif len(proved_by) >= 2:
-            verdict = "proved"
-            evidence = f"proved by {len(proved_by)} paths ({', '.join(proved_by)}), masked and unmasked"
-            if claim.kind == "inequality":
-                evidence += "; identity steps proved, bound and tightness confirmed by adversarial search"
-        else:
-            verdict, evidence = "failed", f"only {len(proved_by)} path(s) proved it"
-        self.results.set_claim(claim.id, verdict, evidence, claim.name, statement=claim.statement, ref=claim.ref,
-                               derivation=claim.derivation, kind=claim.kind, paths=proved_by,
-                               parts=[{"name": p.name, "latex": p.latex} for p in claim.parts])
 
     # -- negative controls ---------------------------------------------------------------------------
     def attack(self, claim):
@@ -172,8 +167,7 @@ class DeriveStage:
             opts = dict(self.options(), grid=list(self.profile.mutant_grid))
             for path in PATHS:
                 out = self._run(path, identity, True, f"{claim.id} mutant {mutant.id}", opts, mutant.derived, mutant.closed)
-                rejected = not out.equal and not out.error
-                self._record_kill(claim, mutant, path, rejected, out.seconds, out.measured)
+                self._record_kill(claim, mutant, path, out.status, out.seconds, out.measured)
             self.kill[mutant.id]["adversarial"] = "n/a"
 
     def _attack_constant(self, claim, mutant):
@@ -182,12 +176,15 @@ class DeriveStage:
         t0 = time.perf_counter()
         search = saturation.adversarial_search(mutant.constant, restarts=self.profile.search_restarts, seed=self.seed)
         rejected = search.sup_ratio > 1.0
-        self._record_kill(claim, mutant, "adversarial", rejected, time.perf_counter() - t0,
+        self._record_kill(claim, mutant, "adversarial", "disproved" if rejected else "proved", time.perf_counter() - t0,
                           f"sup ratio {search.sup_ratio:.4f} with constant {mutant.constant}")
 
-    def _record_kill(self, claim, mutant, path, rejected, seconds, measured):
-        self.kill[mutant.id][path] = "rejected" if rejected else "ACCEPTED"
+    def _record_kill(self, claim, mutant, path, outcome, seconds, measured):
+        """A negative control passes only when the path disproved the wrong formula (undecided does not)."""
+        cell = KILL_CELL[outcome]
+        self.kill[mutant.id][path] = cell
         cid = f"derive/{mutant.id}/{path}"
-        self.results.add(Check(cid, "derive", "negative-control", claim.id, "pass" if rejected else "fail",
-                               round(seconds, 4), measured, "rejected", detail=mutant.description))
-        self.log(f"  {'PASS' if rejected else 'FAIL'} {cid:58} {seconds:7.3f}s  {'rejected' if rejected else 'ACCEPTED'}")
+        self.results.add(Check(cid, "derive", "negative-control", claim.id, "pass" if outcome == "disproved" else "fail",
+                               round(seconds, 4), measured, "rejected", detail=mutant.description, path=path,
+                               part=mutant.part, outcome=outcome))
+        self.log(f"  {'PASS' if outcome == 'disproved' else 'FAIL'} {cid:58} {seconds:7.3f}s  {cell}")

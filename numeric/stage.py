@@ -9,6 +9,7 @@ from dataclasses import dataclass
 import torch
 
 from derive import claims as registry
+from derive import verdict
 from derive.results import Check
 from numeric import agreement, bench, identities
 
@@ -44,6 +45,7 @@ class NumericStage:
         self.api_agreement()
         self.special_cases()
         self.benchmarks()
+        verdict.assign(self.results, registry.claims())  # every check naming a claim decides its verdict
 
     def _check(self, cid, claim, ok, seconds, measured, expected, kind="numeric", detail=""):
         self.results.add(Check(cid, "numeric", kind, claim, "pass" if ok else "fail", round(seconds, 4),
@@ -54,31 +56,13 @@ class NumericStage:
     # -- registry-driven ------------------------------------------------------------------------
     def identities(self, gen):
         tol = identities.TOL_FLOAT64
-        verdict = {}
         for claim, identity, fn in identities.cases(gen, "identity"):
             t0 = time.perf_counter()
             worst = max(identities.evaluate(fn, identity.level, sizes, batch, mask, self.seed + k)[0]
                         for k, (sizes, batch, mask) in enumerate(IDENTITY_SHAPES[: self.profile.identity_draws]))
-            ok = self._check(f"numeric/{claim.id}/{_slug(identity.name)}/float64", claim.id, worst <= tol,
-                             time.perf_counter() - t0, {"max_rel_error": worst}, {"tolerance": tol},
-                             detail="generated derived side (autograd grads) vs generated closed side")
-            verdict[claim.id] = verdict.get(claim.id, True) and ok
-        for cid, ok in verdict.items():
-            self._confirm(cid, ok)
-
-    def _confirm(self, cid, ok):
-        claim = self.results.claims.get(cid)
-        if claim is None:  # the derive stage did not run in this invocation
-            self.results.set_claim(cid, "confirmed" if ok else "failed",
-                                   f"numeric check against torch.autograd (float64, <= {identities.TOL_FLOAT64:g} relative) "
-                                   + ("passed" if ok else "FAILED") + "; proofs not run in this invocation",
-                                   registry.REGISTRY[cid].name)
-            return
-        if ok and claim["verdict"] == "proved":
-            claim["evidence"] += f"; confirmed numerically against torch.autograd (float64, <= {identities.TOL_FLOAT64:g} relative)"
-        elif not ok:
-            claim["verdict"] = "failed"
-            claim["evidence"] += "; numeric confirmation FAILED (see numeric checks)"
+            self._check(f"numeric/{claim.id}/{_slug(identity.name)}/float64", claim.id, worst <= tol,
+                        time.perf_counter() - t0, {"max_rel_error": worst}, {"tolerance": tol},
+                        detail="generated derived side (autograd grads) vs generated closed side")
 
     def mutants(self, gen):
         kill = self.results.derive.setdefault("kill_matrix", {})

@@ -1,6 +1,8 @@
 import sympy as sp
 
-from derive.ring import DiffRing
+import pytest
+
+from derive.ring import BITS, MASK, MAX_EXPONENT, DiffRing, ExponentOverflow
 
 
 def test_derivation_matches_sympy_on_a_softmax_entry():
@@ -23,10 +25,10 @@ def test_derivation_matches_sympy_on_a_softmax_entry():
             term = sp.Integer(coeff)
             g = 0
             while mono:
-                e = mono & 255
+                e = mono & MASK
                 if e:
                     term *= gen_value(g) ** e
-                mono >>= 8
+                mono >>= BITS
                 g += 1
             total += term
         return total
@@ -68,3 +70,25 @@ def test_constants_and_interning():
     a = ring.leaf("a")
     assert ring.exp(a * 2).terms == ring.exp(a + a).terms
     assert ring.is_zero(a / 3 * 3 - a)
+
+
+def test_exponent_overflow_raises_instead_of_carrying():
+    """x**255 * x would carry into the next generator's field if unchecked: it must raise."""
+    ring = DiffRing()
+    x, y = ring.leaf("x"), ring.leaf("y")
+    p = x
+    for _ in range(MAX_EXPONENT - 1):
+        p = p * x
+    assert p.degree(ring.leaf_id("x")) == MAX_EXPONENT and p.degree(ring.leaf_id("y")) == 0
+    assert (p * y).degree(ring.leaf_id("y")) == 1  # other fields still fine at the limit
+    with pytest.raises(ExponentOverflow, match="exceeds 255"):
+        p * x
+
+
+def test_overflow_makes_the_fixed_path_undecided():
+    from derive.claims import Identity
+    from derive.prove import run_path
+
+    big = Identity("power", ("n", "dv"), "scores", lambda m, j, a: m.v(j, a) ** 300, lambda m, j, a: 0, "v^300 = 0")
+    out = run_path("fixed", big, False, "overflow", {"grid": [{"n": 2, "dk": 1, "dv": 1, "m": 1, "dx": 1}], "seed": 0})
+    assert out.status == "undecided" and "ExponentOverflow" in out.reason

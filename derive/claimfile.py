@@ -1,0 +1,120 @@
+"""Load a user's claims file (`--claims FILE`) and reject a malformed one with `FILE:LINE: message`.
+
+A malformed file is not a false claim: the command line exits 2 for it, 1 for a claim that fails.
+Caught here, before any stage runs: a syntax error, a claim id registered twice or colliding with
+a built-in one, an identity whose functions take the wrong number of indices, and a claim that
+names an unknown quantity, leaf or dimension (found by building each side once, symbolically).
+"""
+from __future__ import annotations
+
+import importlib.util
+import inspect
+import traceback
+from pathlib import Path
+
+from derive import claims as registry
+from derive.model import ShapeError, Setting
+
+
+class ClaimFileError(Exception):
+    """A claims file that cannot be run, with the file and line to fix."""
+
+
+def load(path) -> list:
+    """Execute a claims file (it calls `derive.claims.register`), check what it added, return the new ids."""
+    path = Path(path)
+    if not path.is_file():
+        raise FileNotFoundError(f"extra claims file not found: {path}")
+    builtin = set(registry.builtin_ids())
+    registry.claims()  # built-ins first, so a collision names the user's line
+    before = set(registry.REGISTRY)
+    try:
+        _execute(path)
+    except SyntaxError as exc:
+        raise ClaimFileError(f"{path}:{exc.lineno}: syntax error: {exc.msg}") from exc
+    except Exception as exc:
+        _drop(before)
+        raise ClaimFileError(f"{path}:{_line_in(path, exc)}: {_message(exc, builtin)}") from exc
+    added = [cid for cid in registry.REGISTRY if cid not in before]
+    try:
+        for cid in added:
+            check(registry.REGISTRY[cid], path)
+    except ClaimFileError:
+        _drop(before)
+        raise
+    return added
+
+
+def _execute(path):
+    spec = importlib.util.spec_from_file_location(f"extra_claims_{path.stem}", path)
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+
+
+def _drop(before):
+    for cid in set(registry.REGISTRY) - before:
+        del registry.REGISTRY[cid]
+
+
+def _message(exc, builtin):
+    text = str(exc)
+    for cid in builtin:
+        if text == f"claim {cid} is already registered":
+            return f"claim id {cid} is a built-in claim of this project; choose another id"
+    if isinstance(exc, ValueError) and "already registered" in text:
+        return f"{text} (ids must be unique)"
+    return f"{type(exc).__name__}: {text}"
+
+
+def _line_in(path, exc, fallback=None):
+    """The line of `path` where `exc` was raised (the deepest frame in that file)."""
+    target = str(path.resolve())
+    lines = [f.lineno for f in traceback.extract_tb(exc.__traceback__) if str(Path(f.filename).resolve()) == target]
+    return lines[-1] if lines else (fallback or 1)
+
+
+def check(claim, path):
+    """Build every identity and mutant of `claim` once at general size; structural errors name their line."""
+    for identity in claim.parts:
+        _check_sides(claim, identity, identity.derived, identity.closed, path)
+    for mutant in claim.mutants:
+        if mutant.constant is None:
+            identity = claim.part(mutant.part)
+            _check_sides(claim, identity, mutant.derived or identity.derived, mutant.closed or identity.closed, path)
+
+
+def _check_sides(claim, identity, derived, closed, path):
+    from derive.general import GeneralBackend
+
+    for side, fn in (("derived", derived), ("closed", closed)):
+        line = fn.__code__.co_firstlineno if hasattr(fn, "__code__") else 1
+        _check_arity(claim, identity, side, fn, path, line)
+        m = GeneralBackend(Setting(identity.level, "ce", True, identity.mask_algebra), f"{claim.id} / {identity.name}")
+        try:
+            fn(m, *m.free_indices(identity.free))
+        except (ShapeError, AttributeError, NameError, KeyError) as exc:
+            what = _structural(exc, m)
+            raise ClaimFileError(f"{path}:{_line_in(path, exc, line)}: claim {claim.id}, identity {identity.name!r}, "
+                                 f"{side} side: {what}") from exc
+        except Exception:  # not structural: a proof path reports it as undecided, with the reason
+            pass
+
+
+def _check_arity(claim, identity, side, fn, path, line):
+    try:
+        params = list(inspect.signature(fn).parameters.values())
+    except (TypeError, ValueError):
+        return
+    if any(p.kind == p.VAR_POSITIONAL for p in params):
+        return
+    want = 1 + len(identity.free)
+    if len(params) != want:
+        raise ClaimFileError(f"{path}:{line}: claim {claim.id}, identity {identity.name!r}, {side} side takes "
+                             f"{len(params)} argument(s); expected {want}: the model and one index per free range "
+                             f"{identity.free}")
+
+
+def _structural(exc, model):
+    if isinstance(exc, AttributeError) and getattr(exc, "obj", None) is model:
+        return f"unknown quantity m.{exc.name} (see 'Writing your own claims' in the README)"
+    return f"{type(exc).__name__}: {exc}"

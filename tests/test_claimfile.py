@@ -1,0 +1,68 @@
+"""A malformed claims file is reported as FILE:LINE: message (exit 2), never as a false claim."""
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from derive import claims as registry
+from derive.claimfile import ClaimFileError, load
+
+ROOT = Path(__file__).resolve().parents[1]
+HEAD = "from derive.claims import Claim, Identity, register\n"
+GOOD = 'register(Claim("{cid}", "ok", "x", "test", (Identity("main", ("n", "dv"), "scores", ' \
+       'lambda m, j, a: m.derived_grad("v", j, a), lambda m, j, a: m.dV(j, a), "x"),)))\n'
+
+
+def claim(body, free='("n", "dv")', cid="Y1"):
+    return (f'register(Claim("{cid}", "c", "x", "test", (Identity("main", {free}, "scores",\n'
+            f'    lambda m, j, a: m.derived_grad("v", j, a),\n    {body}, "x"),)))\n')
+
+
+CASES = {
+    "syntax": (HEAD + "register(Claim(\n", 2, "syntax error"),
+    "duplicate": (HEAD + GOOD.format(cid="Y1") + GOOD.format(cid="Y1"), 3, "already registered"),
+    "builtin": (HEAD + GOOD.format(cid="C1"), 2, "built-in claim"),
+    "quantity": (HEAD + claim("lambda m, j, a: m.attention(j, j) * m.v(j, a)"), 4, "unknown quantity m.attention"),
+    "leaf": (HEAD + claim('lambda m, j, a: m.leaf("W", j, a)'), 4, "unknown leaf 'W'"),
+    "dimension": (HEAD + claim('lambda m, j, a: m.sum("T", lambda i: m.alpha(i, j) * m.u(i, a))'), 4, "unknown dimension 'T'"),
+    "arity": (HEAD + claim("lambda m, j: m.v(j, j)"), 4, "takes 2 argument(s); expected 3"),
+    "range": (HEAD + claim("lambda m, j, a: m.sum('n', lambda i: m.alpha(i, j) * m.q(i, a))"), 4, "ranges over dv"),
+    "level": (HEAD + 'register(Claim("Y1", "c", "x", "t", (Identity("main", ("n",), "logits", lambda m, i: 0, '
+              'lambda m, i: 0, "x"),)))\n', 2, "unknown level"),
+}
+
+
+@pytest.mark.parametrize("case", sorted(CASES))
+def test_malformed_file_names_file_and_line(case, tmp_path):
+    text, line, message = CASES[case]
+    path = tmp_path / "mine.py"
+    path.write_text(text)
+    before = {c.id for c in registry.claims()}
+    with pytest.raises(ClaimFileError) as info:
+        load(path)
+    assert str(info.value).startswith(f"{path}:{line}: "), str(info.value)
+    assert message in str(info.value)
+    assert set(registry.REGISTRY) == before  # nothing half-registered is left behind
+
+
+def test_a_wellformed_file_loads(extra_claim_file):
+    path = extra_claim_file(HEAD + GOOD.format(cid="Y2"))
+    assert load(path) == ["Y2"]
+
+
+def test_cli_exits_2_for_a_malformed_file_and_lists_only_selected_claims(tmp_path):
+    bad = tmp_path / "bad.py"
+    bad.write_text(CASES["quantity"][0])
+    p = subprocess.run([sys.executable, "-m", "derive.all", "--only", "derive", "--quick", "--claims", str(bad),
+                        "--out", str(tmp_path)], cwd=ROOT, capture_output=True, text=True, timeout=300, stdin=subprocess.DEVNULL)
+    assert p.returncode == 2 and f"{bad}:4: " in p.stderr and "Traceback" not in p.stderr, p.stderr
+    good = tmp_path / "good.py"
+    good.write_text(HEAD + GOOD.format(cid="Y3"))
+    p = subprocess.run([sys.executable, "-m", "derive.all", "--only", "derive", "--quick", "--claims", str(good),
+                        "--claim", "Y3", "--out", str(tmp_path)], cwd=ROOT, capture_output=True, text=True, timeout=300,
+                       stdin=subprocess.DEVNULL)
+    assert p.returncode == 0, p.stdout[-3000:] + p.stderr
+    verdict_lines = [ln for ln in p.stdout.splitlines() if ln[:1] in "CEY" and "proved" in ln or ln.startswith("C1 ")]
+    assert any(ln.startswith("Y3") and " proved " in ln for ln in verdict_lines), p.stdout[-2000:]
+    assert not any(ln.startswith("C1 ") for ln in p.stdout.splitlines())

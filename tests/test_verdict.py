@@ -1,0 +1,51 @@
+"""The verdict rule: a pure function of the checks that name a claim."""
+from derive.results import Check
+from derive.verdict import analytic
+
+WITNESS = {"sizes": {"n": 3}, "point": {"v[0,0]": "1/2"}, "lhs": "0.5", "rhs": "0.25"}
+
+
+def proof(path, outcome, part="main", setting="masked"):
+    status = {"proved": "pass", "disproved": "fail", "undecided": "skipped"}[outcome]
+    return Check(f"derive/X/{part}/{path}/{setting}", "derive", "proof", "X", status, 0.0, f"{outcome} by {path}",
+                 path=path, part=part, setting=setting, outcome=outcome,
+                 witness=WITNESS if outcome == "disproved" else None)
+
+
+def test_proved_needs_the_general_path():
+    assert analytic([proof("general", "proved"), proof("fixed", "proved")])["verdict"] == "proved"
+    v = analytic([proof("general", "undecided"), proof("fixed", "proved"), proof("rational", "proved")])
+    assert v["verdict"] == "undecided" and v["paths"] == {"general": "undecided", "fixed": "proved", "rational": "proved"}
+
+
+def test_general_proof_with_other_paths_undecided_is_still_proved():
+    v = analytic([proof("general", "proved"), proof("fixed", "undecided"), proof("rational", "proved")])
+    assert v["verdict"] == "proved" and "undecided on fixed" in v["evidence"]
+
+
+def test_any_witness_disproves():
+    v = analytic([proof("general", "undecided"), proof("fixed", "disproved"), proof("rational", "undecided")])
+    assert v["verdict"] == "disproved" and v["witnesses"][0]["lhs"] == "0.5"
+
+
+def test_proved_and_disproved_by_two_paths_is_an_internal_inconsistency():
+    v = analytic([proof("general", "proved"), proof("rational", "disproved")])
+    assert v["verdict"] == "failed" and "INTERNAL INCONSISTENCY" in v["evidence"]
+    assert v["inconsistencies"] == [{"part": "main", "setting": "masked", "proved_by": "general", "disproved_by": "rational"}]
+    # different identities or mask settings are not a clash: the claim is simply disproved
+    v = analytic([proof("general", "proved", setting="unmasked"), proof("rational", "disproved")])
+    assert v["verdict"] == "disproved" and not v["inconsistencies"]
+
+
+def test_a_failing_check_never_sits_beside_a_positive_verdict():
+    numeric = Check("numeric/api-vs-autograd/float64", "numeric", "numeric", "X", "fail", 0.0, {"max_rel_error": 1e-7})
+    v = analytic([proof("general", "proved"), proof("fixed", "proved"), numeric])
+    assert v["verdict"] == "failed" and "numeric/api-vs-autograd/float64" in v["evidence"]
+    control = Check("derive/M1/rational", "derive", "negative-control", "X", "fail", 0.0, "accepted", outcome="proved")
+    assert analytic([proof("general", "proved"), control])["verdict"] == "failed"
+
+
+def test_numeric_only_is_confirmed_and_nothing_is_not_run():
+    numeric = Check("numeric/X/main/float64", "numeric", "numeric", "X", "pass", 0.0, {})
+    assert analytic([numeric])["verdict"] == "confirmed"
+    assert analytic([])["verdict"] == "not-run"
