@@ -66,6 +66,10 @@ class CodegenBackend(GeneralBackend):
             raise ValueError(f"{self.context}: {name} is not free at level {self.setting.level}")
         return sp.IndexedBase(f"grad_{name}")[ix]
 
+    def _grad(self, f, name, ix):
+        # dL/dx arrives as an autograd input (derived_grad); other derivatives have no kernel form yet.
+        raise NotImplementedError(f"{self.context}: code generation of d/d{name} of an expression other than the loss")
+
 
 @dataclass(frozen=True)
 class Output:

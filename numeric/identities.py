@@ -80,13 +80,13 @@ def _sum_batch(t, other):
 
 
 def cases(module, kind):
-    """(claim or mutant, identity, generated function) for every registered identity / mutant."""
+    """(claim or mutant, identity, generated function or None if it has no kernel) per identity / mutant."""
     out = []
     for claim in registry.claims():
         for identity in claim.parts if kind == "identity" else ():
-            out.append((claim, identity, getattr(module, _fn_name("identity", claim.id, identity.name))))
+            out.append((claim, identity, getattr(module, _fn_name("identity", claim.id, identity.name), None)))
         for m in claim.mutants if kind == "mutant" else ():
             if m.constant is None:
                 identity = claim.part(m.part)
-                out.append((m, identity, getattr(module, _fn_name("mutant", m.id))))
+                out.append((m, identity, getattr(module, _fn_name("mutant", m.id), None)))
     return out

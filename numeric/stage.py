@@ -57,6 +57,9 @@ class NumericStage:
     def identities(self, gen):
         tol = identities.TOL_FLOAT64
         for claim, identity, fn in identities.cases(gen, "identity"):
+            if fn is None:
+                self._unemitted(gen, f"numeric/{claim.id}/{_slug(identity.name)}/float64", claim.id, "identity", claim.id, identity.name)
+                continue
             t0 = time.perf_counter()
             worst = max(identities.evaluate(fn, identity.level, sizes, batch, mask, self.seed + k)[0]
                         for k, (sizes, batch, mask) in enumerate(IDENTITY_SHAPES[: self.profile.identity_draws]))
@@ -68,6 +71,9 @@ class NumericStage:
         kill = self.results.derive.setdefault("kill_matrix", {})
         sizes, batch, mask = IDENTITY_SHAPES[0]
         for mutant, identity, fn in identities.cases(gen, "mutant"):
+            if fn is None:
+                self._unemitted(gen, f"numeric/{mutant.id}", mutant.claim, "mutant", mutant.id)
+                continue
             t0 = time.perf_counter()
             err = identities.evaluate(fn, identity.level, sizes, batch, mask, self.seed)[0]
             rejected = err > identities.TOL_FLOAT64
@@ -79,6 +85,13 @@ class NumericStage:
         for m in registry.mutants():
             if m.constant is not None:
                 kill.setdefault(m.id, {"claim": m.claim, "description": m.description})["numeric"] = "n/a"
+
+    def _unemitted(self, gen, cid, claim, *name):
+        from derive.codegen import _fn_name
+
+        reason = getattr(gen, "unemitted", {}).get(_fn_name(*name), "no generated kernel")
+        self.results.add(Check(cid, "numeric", "numeric", claim, "skipped", 0.0, f"not emitted: {reason}", "generated kernel"))
+        self.log(f"  SKIP {cid:60} not emitted: {reason}")
 
     # -- the public API -------------------------------------------------------------------------------
     def api_agreement(self):
@@ -156,15 +169,25 @@ class NumericStage:
 
 
 def generated_module():
-    """The committed generated module, or a fresh emission when extra claims are registered."""
+    """The committed generated module, or a fresh emission when extra claims are registered.
+
+    An extra claim whose sides have no kernel form (a second derivative, the loss itself) is left
+    out of the emission; `unemitted` maps its kernel names to the reason."""
     from numeric.generated import attention
 
     if not registry.extra_ids():
         return attention
-    from derive.codegen import emit
+    from derive.codegen import HEADER, api_kernels, check_kernels, emit_kernel
 
     module = types.ModuleType("numeric.generated.fresh")
-    exec(compile(emit(include_extra=True), "<fresh emission>", "exec"), module.__dict__)
+    module.unemitted = {}
+    parts = []
+    for kernel in api_kernels() + check_kernels(include_extra=True):
+        try:
+            parts.append(emit_kernel(kernel))
+        except Exception as exc:  # recorded per claim by the caller
+            module.unemitted[kernel.name] = f"{type(exc).__name__}: {exc}"
+    exec(compile(HEADER + "".join("\n\n" + p for p in parts), "<fresh emission>", "exec"), module.__dict__)
     return module
 
 
