@@ -30,7 +30,7 @@ def time_all_identities(sizes, claim_ids=None):
         if claim_ids and claim.id not in claim_ids:
             continue
         for identity in claim.parts:  # only claims the stage has proved are timed here
-            proved = fixed(identity, True, f"{claim.id} scaling", [sizes])[0] and proved
+            proved = fixed(identity, True, f"{claim.id} scaling", [sizes])[0] == "proved" and proved
     return time.perf_counter() - t0, proved
 
 

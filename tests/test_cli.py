@@ -65,16 +65,20 @@ def test_injected_wrong_claim_fails_and_is_named(tmp_path):
     assert "FAILED derive/X9/main/general" in p.stdout
     data = json.loads((tmp_path / "results.json").read_text())
     x9 = next(c for c in data["claims"] if c["id"] == "X9")
-    assert x9["verdict"] == "failed"
+    assert x9["verdict"] == "disproved" and x9["witnesses"], x9
+    assert set(x9["paths"].values()) == {"disproved"}
+    w = x9["witnesses"][0]
+    assert {"sizes", "indices", "point", "lhs", "rhs"} <= set(w) and w["lhs"] != w["rhs"]
+    assert "X9     disproved" in p.stdout and "C1 " not in p.stdout
 
 
 def test_mismatched_index_is_reported_by_claim_and_index(tmp_path):
     claim_file = tmp_path / "shape.py"
     claim_file.write_text(SHAPE_CLAIM)
     p = run("--only", "derive", "--quick", "--claims", str(claim_file), "--claim", "X8", "--out", str(tmp_path))
-    assert p.returncode == 1
+    assert p.returncode == 2, p.stdout + p.stderr
     assert "Traceback" not in p.stdout + p.stderr
-    assert "X8 (mismatched)" in p.stdout and "ranges over dk but position 2 of v ranges over dv" in p.stdout
+    assert f"{claim_file}:5: " in p.stderr and "ranges over dk but position 2 of v ranges over dv" in p.stderr
 
 
 def test_cuda_requested_but_absent_is_bad_usage(tmp_path):
