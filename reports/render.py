@@ -23,6 +23,10 @@ from reports.figures import render_all
 HERE = Path(__file__).resolve().parent
 VENDOR = HERE / "vendor" / "katex"
 GOOD = {"proved", "confirmed", "reproduced"}
+PATHS = ("general", "fixed", "rational")
+OUTCOME_CLASS = {"proved": "good", "disproved": "bad", "undecided": "partial"}
+KILL_CLASS = {"rejected": "good", "n/a": "neutral", "not run": "neutral"}  # ACCEPTED and undecided: bad
+POINT_HEAD = 8  # witness point entries shown before the full list
 LATEX_SPECIALS = {"\\": r"\textbackslash{}", "&": r"\&", "%": r"\%", "$": r"\$", "#": r"\#", "_": r"\_",
                   "{": r"\{", "}": r"\}", "~": r"\textasciitilde{}", "^": r"\textasciicircum{}",
                   "<": r"\textless{}", ">": r"\textgreater{}", "|": r"\textbar{}"}
@@ -32,6 +36,13 @@ TEX_MISSING = ("no TeX engine on PATH: install one (Debian: apt-get install --no
 
 def tex_escape(value):
     return re.sub(r"[\\&%$#_{}~^<>|]", lambda m: LATEX_SPECIALS[m.group(0)], str(value))
+
+
+def tex_breakable(value, every=10):
+    """Escaped; long words (decimals) may break every few characters, for narrow columns."""
+    def word(w):
+        return r"\allowbreak{}".join(tex_escape(w[i:i + every]) for i in range(0, len(w), every))
+    return " ".join(word(w) for w in str(value).split(" "))
 
 
 def fmt(value, digits=4):
@@ -52,24 +63,67 @@ def fmt(value, digits=4):
 def verdict_class(verdict):
     if verdict in GOOD:
         return "good"
-    if verdict == "partly-reproduced":
+    if verdict in ("partly-reproduced", "undecided"):
         return "partial"
     return "neutral" if verdict == "not-run" else "bad"
+
+
+def outcome_class(outcome):
+    return OUTCOME_CLASS.get(outcome, "neutral")
+
+
+def kill_class(cell):
+    return KILL_CLASS.get(cell, "bad")
+
+
+def path_outcomes(claim):
+    """{path: outcome} of a claim; results.json before three-state outcomes listed the proving paths."""
+    paths = claim.get("paths") or {}
+    return {p: "proved" for p in paths} if isinstance(paths, list) else paths
+
+
+def witness_sizes(w):
+    return " ".join(f"{k}={v}" for k, v in w.get("sizes", {}).items())
+
+
+def witness_brief(w):
+    """One line: sizes, mask, free indices, both sides."""
+    sizes = witness_sizes(w)
+    at = f" at ({', '.join(map(str, w['indices']))})" if w.get("indices") else ""
+    return f"{sizes}, {'masked' if w.get('masked') else 'unmasked'}{at}: lhs {w['lhs']} vs rhs {w['rhs']}"
+
+
+def point_entries(point, limit=None):
+    return [f"{k} = {v}" for k, v in list(point.items())[:limit]]
+
+
+def first_reason(claim):
+    return next(iter((claim.get("reasons") or {}).values()), "")
+
+
+def pct(value):
+    return "-" if value is None else f"{100 * value:.1f}%"
+
+
+def count(value):
+    """A count recorded as a number or as the list of what was counted."""
+    return len(value) if isinstance(value, (list, dict)) else value
 
 
 def context(results):
     checks = results["checks"]
     counts = {s: sum(1 for c in checks if c["status"] == s) for s in ("pass", "fail", "skipped")}
     claims = results["claims"]
-    analytic = [c for c in claims if c["id"].startswith("C")]
+    analytic = [c for c in claims if c["id"].startswith("C") or "parts" in c]  # paper and user claims
     proofs = {c["id"]: [k for k in checks if k["claim"] == c["id"] and k["kind"] == "proof"] for c in analytic}
     kill = results.get("derive", {}).get("kill_matrix", {})
-    columns = [p for p in ("general", "fixed", "rational", "numeric", "adversarial") if any(p in r for r in kill.values())]
+    columns = [p for p in (*PATHS, "numeric", "adversarial") if any(p in r for r in kill.values())]
     env = results["environment"]
     return {
         "env": env, "counts": counts, "claims": claims, "analytic": analytic, "proofs": proofs,
         "failed": [c for c in checks if c["status"] == "fail"], "skipped": [c for c in checks if c["status"] == "skipped"],
-        "kill": kill, "kill_columns": columns,
+        "kill": kill, "kill_columns": columns, "inconsistencies": results.get("inconsistencies", []),
+        "path_names": PATHS, "point_head": POINT_HEAD,
         "numeric": [c for c in checks if c["stage"] == "numeric" and c["kind"] in ("numeric", "negative-control")],
         "benchmarks": results.get("benchmarks", []), "experiments": results.get("experiments", {}),
         "experiment_checks": [c for c in checks if c["stage"] == "experiments"],
@@ -79,10 +133,15 @@ def context(results):
     }
 
 
+FILTERS = {"verdict_class": verdict_class, "outcome_class": outcome_class, "kill_class": kill_class,
+           "path_outcomes": path_outcomes, "witness_brief": witness_brief, "witness_sizes": witness_sizes,
+           "point_entries": point_entries, "first_reason": first_reason, "count": count}
+
+
 def environment():
     env = jinja2.Environment(loader=jinja2.FileSystemLoader(HERE / "templates"), autoescape=True,
                              undefined=jinja2.StrictUndefined, trim_blocks=True, lstrip_blocks=True)
-    env.filters.update(fmt=fmt, verdict_class=verdict_class)
+    env.filters.update(fmt=fmt, pct=pct, **FILTERS)
     return env
 
 
@@ -91,7 +150,8 @@ def latex_environment():
                              block_end_string="%)", variable_start_string="((", variable_end_string="))",
                              comment_start_string="(#", comment_end_string="#)", undefined=jinja2.StrictUndefined,
                              trim_blocks=True, lstrip_blocks=True, autoescape=False)
-    env.filters.update(e=tex_escape, fmt=lambda v, d=4: tex_escape(fmt(v, d)), verdict_class=verdict_class)
+    env.filters.update(e=tex_escape, fmt=lambda v, d=4: tex_escape(fmt(v, d)), pct=lambda v: tex_escape(pct(v)),
+                       breakable=tex_breakable, **FILTERS)
     return env
 
 

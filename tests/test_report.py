@@ -60,8 +60,8 @@ def test_tex_escapes_and_sections(rendered):
     out, _ = rendered
     tex = (out / "report.tex").read_text()
     assert r"n=3 \& 50\% \textless{}odd\textgreater{} chars\_\{x\}" in tex
-    for section in ("Claims at a glance", "Derivations", "Negative controls", "Numeric agreement", "Benchmarks",
-                    "Experiments", "Reproduction"):
+    for section in ("Claims at a glance", "Derivations", "Negative controls", "How far the verdicts can be trusted",
+                    "Numeric agreement", "Benchmarks", "Experiments", "Reproduction"):
         assert f"\\section{{{section}}}" in tex
 
 
@@ -70,9 +70,10 @@ def test_pdf_compiles_with_expected_sections(rendered):
     out, status = rendered
     assert status["pdf"][0] == "pass", status["pdf"]
     text = subprocess.run(["pdftotext", str(out / "report.pdf"), "-"], capture_output=True, text=True, check=True).stdout
-    for section in ("Claims at a glance", "Derivations", "Negative controls", "Numeric agreement", "Experiments"):
+    for section in ("Claims at a glance", "Derivations", "Negative controls", "How far the verdicts can be trusted",
+                    "Numeric agreement", "Experiments"):
         assert section in text
-    assert "derive/C2/main/fixed/masked" in text
+    assert "derive/C2/main/fixed/masked" in text and "INTERNAL INCONSISTENCY" in text and "Witnesses" in text
 
 
 @pytest.mark.skipif(CHROMIUM is None, reason="chromium is installed by .ci/run; not on this machine")
@@ -140,3 +141,118 @@ def test_renders_results_with_nothing_run(tmp_path):
     status = render(tmp_path, pdf=False, log=lambda *a: None)
     html = (tmp_path / "report.html").read_text()
     assert status["html"][0] == "pass" and "not-run" in html and "E7" in html
+
+
+def _render(tmp_path, results):
+    write_fixture(tmp_path, results)
+    render(tmp_path, pdf=False, log=lambda *a: None)
+    return (tmp_path / "report.html").read_text(), (tmp_path / "report.tex").read_text()
+
+
+def test_claims_show_per_path_outcomes_witness_and_reason(rendered):
+    out, _ = rendered
+    html, tex = (out / "report.html").read_text(), (out / "report.tex").read_text()
+    row = html[html.index('id="claim-X1"'):html.index('id="claim-X2"')]
+    assert '<span class="badge bad">disproved</span>' in row
+    assert '"badge mini good">general: proved' in row and '"badge mini partial">fixed: undecided' in row
+    assert '"badge mini bad">rational: disproved' in row
+    assert "witness: n=3 dk=2 dv=2 m=3 dx=2, unmasked at (0, 1): lhs 0.4123456789012345678 vs rhs 0.1987654321098765432" in row
+    assert "why: general path over the 60 s budget" in html[html.index('id="claim-X2"'):html.index('id="claim-E1"')]
+    x1 = tex[tex.index("\nX1 & "):tex.index("\nX2 & ")]
+    assert r"rational: \verdict{bad}{disproved}" in x1 and r"fixed: \verdict{partial}{undecided}" in x1
+    assert "witness: n=3 dk=2 dv=2 m=3 dx=2, unmasked at (0, 1): lhs 0.41234567\\allowbreak{}" in x1
+    assert "why: general path over the 60 s budget" in tex[tex.index("\nX2 & "):tex.index("\nE1 & ")]
+    assert "<td>undecided</td>" not in html and r"\verdict{partial}{undecided}" in tex
+
+
+def test_derivations_show_outcomes_and_witness_tables(rendered):
+    out, _ = rendered
+    html, tex = (out / "report.html").read_text(), (out / "report.tex").read_text()
+    derivations = html[html.index('id="derivations"'):html.index('id="kill-matrix"')]
+    assert "<h3>X1 user-row-sum" in derivations and "<h3>X2 user-slow" in derivations  # user claims too
+    assert '<td><code>derive/X2/main/general/masked</code></td><td><span class="badge partial">undecided</span>' in derivations
+    assert '<td><code>derive/X1/main/rational/unmasked</code></td><td><span class="badge bad">disproved</span>' in derivations
+    assert derivations.count("<h4>Witnesses</h4>") == 2 and "interval arithmetic with the real exp and log" in derivations
+    assert "q[0,0] = -2/5 &hellip; (9 entries)" in derivations and "k[2,1] = 9/11</details>" in derivations
+    assert "<td>n=3 dk=2 dv=2 m=3 dx=2</td><td>no</td><td>0, 1</td>" in derivations
+    assert '<td class="wrap">0.4123456789012345678</td><td class="wrap">0.1987654321098765432</td>' in derivations
+    assert tex.count(r"\paragraph{Witnesses}") == 2 and "interval arithmetic with the real exp and log" in tex
+    assert r"\texttt{derive/X2/main/general/masked} & \verdict{partial}{undecided}" in tex
+    assert r"q[0,0] = -2/5, \ldots{} (all 9 entries in \texttt{results.json})" in tex and "k[2,1]" not in tex
+    assert r"n=3 dk=2 dv=2 m=3 dx=2 & no & 0, 1 &" in tex and r"\subsection*{X1 user-row-sum" in tex
+
+
+def test_kill_matrix_undecided_is_bad_but_distinct(rendered):
+    out, _ = rendered
+    html, tex = (out / "report.html").read_text(), (out / "report.tex").read_text()
+    assert '<span class="badge bad open">undecided</span>' in html and '<span class="badge bad">ACCEPTED</span>' in html
+    assert r"\verdict{bad}{undecided}" in tex and r"\verdict{bad}{ACCEPTED}" in tex
+
+
+def test_soundness_section_in_both_outputs(rendered):
+    out, _ = rendered
+    html, tex = (out / "report.html").read_text(), (out / "report.tex").read_text()
+    sound = html[html.index('id="soundness"'):html.index('id="numeric"')]
+    assert "40 random claims (seed 7): 24 true and 16 false identities" in sound
+    assert "Oracle margin 1.00e-06; closest false gap 0.0031" in sound
+    assert 'id="false-verdicts"' in sound and "sum_j alpha_ij v_j = v_i (fuzz #17)" in sound
+    assert '<td>rational</td><td class="num">24</td><td class="num">15</td><td class="num">1</td><td class="num">90.0%</td>' in sound
+    assert '<span class="badge bad">1</span></td><td class="num">12.5</td>' in sound
+    assert '<td>chain-rule</td><td class="num">30</td><td class="num">18</td><td class="num">80.0%</td>' in sound
+    assert '<span class="badge bad">1 killed (50.0%)</span>' in sound and ">survived</span>" in sound
+    assert "<td>C1 general, fuzz softmax-rows</td>" in sound and "Schwartz-Zippel" in sound
+    assert "not run in this invocation" not in html
+    assert r"\section{How far the verdicts can be trusted}" in tex
+    assert r"rational & 24 & 15 & 1 & 90.0\% & 75.0\% & \verdict{bad}{1} & 12.5" in tex
+    assert r"chain-rule & 30 & 18 & 80.0\%" in tex and r"(fuzz \#17)" in tex
+    assert r"\verdict{bad}{1 killed, 50.0\%}" in tex and r"\verdict{bad}{survived}" in tex
+    assert r"p = 2\textasciicircum{}61 − 1 with probability ≤ d/p" in tex  # TeX gets the Unicode via the preamble
+
+
+def test_no_false_verdicts_is_green(tmp_path):
+    from report_fixture import fixture_results
+
+    r = fixture_results()
+    r["derive"]["fuzz"]["false_verdicts"] = []
+    r["derive"]["fuzz"]["paths"]["rational"]["false_verdicts"] = 0
+    html, tex = _render(tmp_path, r)
+    assert "False verdicts: <span class=\"badge good\">0</span>" in html and 'id="false-verdicts"' not in html
+    assert r"False verdicts: \verdict{good}{0}." in tex
+
+
+def test_inconsistency_alert_only_when_paths_contradict(rendered, tmp_path):
+    from report_fixture import fixture_results
+
+    out, _ = rendered
+    html, tex = (out / "report.html").read_text(), (out / "report.tex").read_text()
+    alert = html[html.index('id="inconsistencies"'):html.index('id="failed"')]
+    assert html.index('id="inconsistencies"') < html.index('class="counts"')  # at the top, above everything
+    assert ("INTERNAL INCONSISTENCY: path general proved what path fixed disproved with a witness "
+            "(claim C2, identity main, masked)") in alert
+    assert "INTERNAL INCONSISTENCY: path general proved what path fixed disproved with a witness}} (claim C2" in tex
+    assert r"\fcolorbox{bad}" in tex
+    r = fixture_results()
+    r["inconsistencies"] = []
+    r["claims"][1]["inconsistencies"] = []
+    html, tex = _render(tmp_path, r)
+    assert 'id="inconsistencies"' not in html and "INTERNAL INCONSISTENCY: path" not in html
+    assert r"\fcolorbox{bad}" not in tex and "INTERNAL INCONSISTENCY: path" not in tex
+
+
+def test_skipped_box_shows_the_reason(rendered):
+    out, _ = rendered
+    html, tex = (out / "report.html").read_text(), (out / "report.tex").read_text()
+    skipped = html[html.index('id="skipped"'):html.index('id="claims"')]
+    assert "<code>derive/X2/main/general/masked</code>: general path over the 60 s budget at n symbolic" in skipped
+    assert r"\texttt{derive/X2/main/general/masked}: general path over the 60 s budget at n symbolic (path general)" in tex
+
+
+def test_renders_results_written_before_three_state_outcomes(tmp_path):
+    from report_fixture import legacy_results
+
+    html, tex = _render(tmp_path, legacy_results())
+    assert 'id="inconsistencies"' not in html and "<h4>Witnesses</h4>" not in html
+    assert '"badge mini good">general: proved' in html  # the old list of proving paths
+    for what in ("Random claims (fuzzer)", "Faults planted in the proof engine", "Rational-path bound"):
+        assert f"{what}: not run in this invocation." in html and f"{what}: not run in this invocation." in tex
+    assert r"Paths: general \verdict{good}{proved}; fixed \verdict{good}{proved}; rational \verdict{good}{proved}." in tex
