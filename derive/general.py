@@ -79,7 +79,7 @@ class GeneralBackend(AttentionModel):
         return sp.diff(f, self.scalars[name] if name in self.scalars else self.entry(name, *ix))
 
     def normaliser(self):
-        return Normaliser(self.index_dims, self.sizes)
+        return Normaliser(self.index_dims, self.sizes, self.setting.mask_algebra)
 
     def check_free(self, expr, free, what):
         """Every index left free in `expr` must be one the claim declares."""

@@ -5,7 +5,7 @@ The model is written once against a small set of primitives (`leaf`, `sum`, `exp
 
 - `derive.general.GeneralBackend`  symbolic sizes, SymPy `IndexedBase`/`Sum`
 - `derive.fixed.RingBackend`       fixed sizes, every entry a generator of a differential ring
-- `derive.rational.DualBackend`    exact rationals with forward-mode dual numbers
+- `derive.rational.RationalBackend` an exact expression graph at random rational points
 
 Indices are typed by the range they run over (a "dim"); using an index of the wrong range
 raises `ShapeError` naming the offending index.

@@ -1,98 +1,84 @@
-"""Proof path c: exact evaluation at random rational points (probabilistic).
+"""Proof path c: exact evaluation at random rational points (probabilistic, Schwartz–Zippel).
 
-Every leaf gets a random rational value and the loss is differentiated in forward mode with
-dual numbers over `fractions.Fraction` (an implementation of the chain rule independent of
-SymPy's `diff` and of the ring's derivation). exp(x) and log(x) are formal generators: each
-distinct argument gets its own random positive rational value E with dE = E dx (resp.
-dlog x = dx / x), so a zero difference at a random point is evidence for the formal identity
-in the sense of Schwartz–Zippel, and a nonzero difference is a certain counterexample to it.
+Each point draws sizes and a random rational value for every entry the claim touches; the model
+is built as an expression DAG (`derive.graph`) whose nodes carry exact values in F_p,
+p = 2**61 - 1, and derivatives of any order are new DAG nodes built in reverse mode, so
+`m.grad(m.derived_grad("v", j, a), "v", l, b)` is an exact second derivative. exp(x) and log(x)
+are formal generators: each distinct argument gets its own random nonzero value in F_p, with
+d exp(x) = exp(x) dx and d log(x) = dx / x. The claim is always evaluated at the full
+cross-entropy loss; "masked" is the causal mask (j <= i, diagonal included), which is also
+what an explicit entry of M reads (all ones unmasked).
+
+Soundness of "proved". At one point both sides are rational functions of the entries and of
+the exp/log generators; their difference, over a common denominator, has a numerator N of
+total degree deg. If N != 0 (and its coefficients, small integers from the model's sizes and
+constants, are not all divisible by p), the point makes it vanish with probability at most
+deg * 2**-29 (Schwartz–Zippel in the DeMillo–Lipton form, with the largest probability of any
+one value: every entry is num/den with den uniform in [2**29, 2**30] and num uniform in
+[-den, den] (c and eta: in [1, den]); for a given den at most one num maps to a given element of
+F_p, so no element is hit with probability above 2**-29; the generators are uniform in F_p^*,
+1 / (p - 1)), plus, for each pair of formally different exp/log arguments, the same bound for
+the two to coincide at the point (they would then share a generator). (Leaves uniform in F_p would
+give deg / p; rational leaves are what lets a difference be certified over the reals.) The
+sampled points are independent, so at one set of sizes the bounds multiply.
+
+Size coverage (an assumption, not a proof). A formal identity at one set of sizes says nothing
+about the others: the path checks the sizes it draws. n is drawn from 2..7 and d_k, d_v, m, d_x
+from 1..5. The first point has the five sizes pairwise distinct and all >= 2 (n in {6, 7}, the
+others a permutation of 2..5), so a claim true only when two sizes coincide (d_k = d_v) or only
+when one of them is 1 (d_v = 1) fails there whatever the seed; later points are pairwise
+distinct with probability 0.8 and unconstrained otherwise. A claim that is true at exactly the
+drawn sizes and false elsewhere is not caught.
+
+Outcomes. "proved": equal mod p at every index assignment of every point (one assignment per
+relabelling orbit, `derive.fixed.assignments`; every position under the mask). "disproved": only
+with a `derive.witness.Witness`, a point where interval arithmetic with real exp and log
+separates the two sides. "undecided": a difference mod p that no real point certified (for
+example a claim that relies on exp(a + b) = exp(a) exp(b), which the formal generators do not
+know), or a denominator that vanished mod p at every resample.
 """
 from __future__ import annotations
 
 import random
 from fractions import Fraction
 
+from derive import graph
 from derive.fixed import Ix, assignments
-from derive.model import AttentionModel
+from derive.model import DIMS, AttentionModel, Setting
+
+RESAMPLES = 4  # redraws of a point whose denominator vanished mod p
+CERTIFY_PER_POINT = 4  # differing index assignments certified at one point before moving on
+DISTINCT_SHARE = 0.8
 
 
-class Dual:
-    """value + sum_x grad[x] dx over the leaves x, exactly."""
-
-    __slots__ = ("val", "grad")
-
-    def __init__(self, val, grad=None):
-        self.val = Fraction(val)
-        self.grad = grad or {}
-
-    @staticmethod
-    def lift(x):
-        return x if isinstance(x, Dual) else Dual(x)
-
-    def __add__(self, other):
-        other = Dual.lift(other)
-        g = dict(self.grad)
-        for k, v in other.grad.items():
-            g[k] = g.get(k, 0) + v
-        return Dual(self.val + other.val, g)
-
-    __radd__ = __add__
-
-    def __neg__(self):
-        return Dual(-self.val, {k: -v for k, v in self.grad.items()})
-
-    def __sub__(self, other):
-        return self + (-Dual.lift(other))
-
-    def __rsub__(self, other):
-        return Dual.lift(other) - self
-
-    def __mul__(self, other):
-        other = Dual.lift(other)
-        g = {k: v * other.val for k, v in self.grad.items()}
-        for k, v in other.grad.items():
-            g[k] = g.get(k, 0) + self.val * v
-        return Dual(self.val * other.val, g)
-
-    __rmul__ = __mul__
-
-    def __truediv__(self, other):
-        other = Dual.lift(other)
-        if other.val == 0:
-            raise ZeroDivisionError("division by zero at the sampled point")
-        inv = 1 / other.val
-        return self * Dual(inv, {k: -v * inv * inv for k, v in other.grad.items()})
-
-    def __rtruediv__(self, other):
-        return Dual.lift(other) / self
-
-    def key(self):
-        return (self.val, frozenset((k, v) for k, v in self.grad.items() if v))
+def label(name, ix=()):
+    """The name of one entry: "v[0,1]"; a scalar is its own name ("c")."""
+    return f"{name}[{','.join(str(i.value) for i in ix)}]" if ix else name
 
 
-class DualBackend(AttentionModel):
-    """The model at fixed sizes evaluated at one random rational point."""
+class RationalBackend(AttentionModel):
+    """The model at fixed sizes as an exact DAG at one random rational point.
 
-    def __init__(self, setting, sizes: dict, seed: int, context="", mask=None):
+    `values` fixes entries in advance (label -> rational, e.g. a witness's point); the others are
+    drawn from `seed`. `mask` overrides the causal mask: (i, j) -> 0/1."""
+
+    def __init__(self, setting, sizes: dict, seed=0, context="", mask=None, values=None):
         super().__init__(setting, context)
         self.sizes = dict(sizes)
-        self.rng = random.Random(seed)
-        self._values = {}
-        self._formal = {}
-        self._mask = mask  # (i, j) -> 0/1; default causal
-
-    def _rational(self, positive=False):
-        num = self.rng.randint(1 if positive else -997, 997)
-        return Fraction(num or 1, self.rng.randint(1, 991))
+        self.graph = graph.Graph(random.Random(seed), values if values is not None else one_hot_targets(sizes, seed))
+        self._mask = mask
+        self._real = {}
 
     def dim_of(self, ix):
         return ix.dim
 
     def entry(self, name, *ix):
-        key = (name,) + tuple(i.value for i in ix)
-        if key not in self._values:
-            self._values[key] = self._rational(positive=name in ("eta",))
-        return Dual(self._values[key], {key: Fraction(1)})
+        if name == "M":  # the mask as a 0/1 multiplier: the causal mask itself (all ones unmasked)
+            return self.mask_entry(*ix) if self.setting.masked else 1
+        return self.graph.leaf(label(name, ix))
+
+    def scalar(self, name):
+        return self.graph.leaf(name, positive=True)  # c and eta are positive
 
     def mask_entry(self, i, j):
         if self._mask is not None:
@@ -102,42 +88,126 @@ class DualBackend(AttentionModel):
     def delta(self, i, j):
         return 1 if i.value == j.value else 0
 
-    def scalar(self, name):
-        key = (name,)
-        if key not in self._values:
-            self._values[key] = self._rational(positive=True)  # c and eta are positive
-        return Dual(self._values[key], {key: Fraction(1)})
-
     def _size(self, dim):
         return self.sizes[dim]
 
     def _sum(self, dim, body):
-        total = Dual(0)
+        total = graph.ZERO
         for r in range(self.sizes[dim]):
             total = total + body(Ix(dim, r))
         return total
 
-    def _generator(self, kind, x):
-        key = (kind, Dual.lift(x).key())
-        if key not in self._formal:
-            self._formal[key] = self._rational(positive=True)
-        return self._formal[key]
-
     def exp(self, x):
-        x = Dual.lift(x)
-        e = self._generator("exp", x)
-        return Dual(e, {k: e * v for k, v in x.grad.items()})
+        return self.graph.exp(x)
 
     def log(self, x):
-        x = Dual.lift(x)
-        return Dual(self._generator("log", x), {k: v / x.val for k, v in x.grad.items()})
+        return self.graph.log(x)
 
     def _grad(self, f, name, ix):
-        # The result is a constant: derivatives of derivatives are not supported here.
-        return Dual(Dual.lift(f).grad.get((name,) + tuple(i.value for i in ix), 0))
+        if name == "M":
+            raise NotImplementedError("the rational path fixes M to the causal mask; it cannot differentiate by M")
+        if not isinstance(f, graph.Node):
+            return graph.ZERO
+        return self.graph.grad(f, label(name, ix))
 
     def assignments(self, dims):
-        return assignments(self.sizes, dims)
+        return assignments(self.sizes, dims, self.setting.masked)
 
     def equal(self, lhs, rhs):
-        return Dual.lift(lhs).val == Dual.lift(rhs).val
+        """Equal mod p at this point."""
+        return graph.lift(lhs).val == graph.lift(rhs).val
+
+    def real(self, prec=200):
+        """The interval evaluator of this point at `prec` bits (memoised across calls)."""
+        if prec not in self._real:
+            self._real[prec] = graph.RealEvaluator(prec)
+        return self._real[prec]
+
+
+def one_hot_targets(sizes, seed):
+    """Y as the model defines it, one-hot rows (a random class per position): a point with other Y
+    would not be an input of the model, so a difference there would be no counterexample."""
+    rng = random.Random(f"targets/{seed}")
+    out = {}
+    for i in range(sizes["n"]):
+        hot = rng.randrange(sizes["m"])
+        out.update({f"Y[{i},{c}]": Fraction(int(c == hot)) for c in range(sizes["m"])})
+    return out
+
+
+def draw_sizes(rng, first=False, distinct=True):
+    """Sizes of one point: n in 2..7, the others in 1..5 (see the module docstring)."""
+    if first:
+        n = rng.choice((6, 7))
+        rest = rng.sample(range(2, 6), 4)
+    elif distinct:
+        n = rng.randint(2, 7)
+        rest = rng.sample([v for v in range(1, 6) if v != n], 4)
+    else:
+        n = rng.randint(2, 7)
+        rest = [rng.randint(1, 5) for _ in range(4)]
+    return dict(zip(DIMS, [n, *rest]))
+
+
+def differing(identity, m, derived, closed):
+    """(number of assignments checked, [(indices, lhs, rhs)] where the sides differ mod p)."""
+    derived = derived or identity.derived
+    closed = closed or identity.closed
+    found = []
+    checked = 0
+    for ix in m.assignments(identity.free):
+        lhs, rhs = graph.lift(derived(m, *ix)), graph.lift(closed(m, *ix))
+        checked += 1
+        if lhs.val != rhs.val:
+            found.append((ix, lhs, rhs))
+    return checked, found
+
+
+def _fmt(sizes):
+    return ",".join(f"{d}={v}" for d, v in sizes.items())
+
+
+def rational(identity, masked, context, points, seed, derived=None, closed=None):
+    """(status, text, per_size, witness): the rational path on one identity (module docstring)."""
+    rng = random.Random(seed)
+    setting = Setting(identity.level, "ce", masked)
+    checked = 0
+    drawn = []
+    uncertified = []
+    for k in range(max(1, points)):
+        sizes = draw_sizes(rng, first=k == 0, distinct=rng.random() < DISTINCT_SHARE)
+        for _ in range(RESAMPLES):
+            m = RationalBackend(setting, sizes, rng.getrandbits(64), context)
+            try:
+                count, diffs = differing(identity, m, derived, closed)
+                break
+            except graph.DenominatorVanishes:
+                continue
+        else:
+            return ("undecided", f"a denominator vanished mod p at {RESAMPLES} draws at {_fmt(sizes)}", [], None)
+        drawn.append(sizes)
+        checked += count
+        if not diffs:
+            continue
+        from derive.witness import certify, find_witness  # the interval evaluator loads only on a difference
+
+        for ix, lhs, rhs in diffs[:CERTIFY_PER_POINT]:
+            witness = certify(m, ix, lhs, rhs)
+            if witness is not None:
+                return "disproved", f"differs at a certified real point: {witness.describe()}", [], witness
+        witness = find_witness(identity, masked, [sizes], rng.getrandbits(64), derived, closed, context=context)
+        if witness is not None:
+            return "disproved", f"differs at a certified real point: {witness.describe()}", [], witness
+        ix = tuple(i.value for i in diffs[0][0])
+        uncertified.append(f"{_fmt(sizes)} indices {ix} ({len(diffs)} of {count} assignments)")
+    if uncertified:
+        return ("undecided",
+                "the sides differ formally (mod p, exp/log as free generators) at " + "; ".join(uncertified)
+                + ", but interval arithmetic with real exp/log separated them at no point: the claim may rely on a "
+                  "relation the formal generators do not know (e.g. exp(a + b) = exp(a) exp(b))",
+                [], None)
+    return ("proved",
+            f"equal mod p = 2^61 - 1 at {len(drawn)} random rational points ({checked} index assignments; sizes "
+            + "; ".join(_fmt(s) for s in drawn)
+            + "); probabilistic (Schwartz–Zippel): a false identity survives a point with probability <= deg * 2^-29",
+            [], None)

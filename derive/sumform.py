@@ -7,9 +7,17 @@ sum_k delta(k, x) f(k) = f(x) is exact); the product is split into independent c
 and each component is renamed to a canonical representative of its orbit under renaming of
 dummies and free indices (the least printed form). A component becomes a `SumAtom`, an opaque
 function of its free indices; two sums are then equal iff their atoms are. Denominators and the
-arguments of exp/log are normalised recursively and stay opaque (`Exp`, `Log`), so the
-identity sum_j alpha_ij = 1 is seen as Z_i / Z_i. Deciding zero is then `expand` (and `cancel`
-of the result as a fallback) over these atoms: sound, and complete for the claims here.
+arguments of exp/log are normalised recursively and stay opaque (`Exp`, `Log`). Before a term
+becomes atoms it is simplified by rules that hold pointwise:
+
+- a delta between free indices stays, and renames the later index to the earlier in the rest;
+- the mask M (a 0/1 matrix) is idempotent; under the causal algebra also M_ii = 1, a cycle of
+  entries collapses to deltas (M_ij M_ji = delta_ij) and entries implied by transitivity go;
+- softmax normalisation: D(x)^-p times a sub-product whose sum over its own dummies is the atom
+  D(x) is D(x)^(1-p), so sum_i sum_j alpha_ij = n under any enclosing sums.
+
+Deciding zero is then `expand` (and `cancel` of the result as a fallback) over these atoms: sound,
+and complete for the claims here.
 """
 from __future__ import annotations
 
@@ -17,6 +25,10 @@ import itertools
 from collections import defaultdict
 
 import sympy as sp
+
+from derive.model import MASK_ALGEBRAS
+
+MASK = "M"  # the model's mask entries (derive.model.LEAVES)
 
 
 class UnsupportedNode(TypeError):
@@ -37,6 +49,11 @@ class SumAtom(sp.Function):
     """A canonical multi-sum; subclasses are made per template, applied to its free indices."""
 
     _symmetries: tuple = ()
+    # The summand in canonical names: (base, power) pairs, the dummies and their ranges, the free slots.
+    _body: tuple = ()
+    _dummies: tuple = ()
+    _dummy_dims: tuple = ()
+    _slots: tuple = ()
 
     @classmethod
     def eval(cls, *args):
@@ -66,6 +83,18 @@ class Term:
         dummies = tuple(mapping.get(d, d) for d in self.dummies)
         return Term(self.coeff, dummies, {b: p for b, p in factors.items() if p != 0})
 
+    def absorb(self, expr):
+        """Multiply in a product of powers (numbers go to the coefficient)."""
+        for arg in sp.Mul.make_args(expr):
+            if arg.is_Number:
+                self.coeff *= arg
+                continue
+            base, power = arg.as_base_exp()
+            self.factors[base] = self.factors.get(base, 0) + power
+            if self.factors[base] == 0:
+                del self.factors[base]
+        return self
+
     def times(self, other):
         factors = defaultdict(int, self.factors)
         for base, power in other.factors.items():
@@ -76,9 +105,12 @@ class Term:
 class Normaliser:
     """Turns index-notation expressions into canonical expressions over opaque atoms."""
 
-    def __init__(self, index_dims: dict, sizes: dict, max_terms: int = 200_000):
+    def __init__(self, index_dims: dict, sizes: dict, mask_algebra: str = "boolean", max_terms: int = 200_000):
+        if mask_algebra not in MASK_ALGEBRAS:
+            raise ValueError(f"unknown mask algebra {mask_algebra!r}; expected one of {MASK_ALGEBRAS}")
         self.dims = dict(index_dims)  # index symbol -> dim name
         self.size_dim = {size: dim for dim, size in sizes.items()}
+        self.causal = mask_algebra == "causal"
         self.max_terms = max_terms
         self._templates = {}
         self._fresh = itertools.count()
@@ -125,15 +157,7 @@ class Normaliser:
             return out
         if isinstance(base, sp.exp):  # exp(a)**k
             return [Term(factors=self._exp_factors(base.args[0] * exponent))]
-        powered = self.nf(base) ** exponent
-        term = Term()
-        for arg in sp.Mul.make_args(powered):
-            if arg.is_Number:
-                term.coeff *= arg
-            else:
-                b, p = arg.as_base_exp()
-                term.factors[b] = term.factors.get(b, 0) + p
-        return [term]
+        return [Term().absorb(self.nf(base) ** exponent)]
 
     def _sum(self, e):
         out = self.terms(e.function)
@@ -160,49 +184,160 @@ class Normaliser:
         return dict(factors)
 
     def _fresh_like(self, d):
-        new = sp.Symbol(f"{d.name}_{next(self._fresh)}", integer=True)
-        self.dims[new] = self.dims[d]
+        return self._fresh_index(self.dims[d], d.name)
+
+    def _fresh_index(self, dim, stem="t"):
+        new = sp.Symbol(f"{stem}_{next(self._fresh)}", integer=True)
+        self.dims[new] = dim
         return new
 
-    # -- deltas and canonical atoms ------------------------------------------------------------
+    # -- pointwise simplification of one term ----------------------------------------------------
+    def simplify(self, term):
+        """Deltas, the mask algebra and softmax folds, to a fixed point (each step shrinks the term)."""
+        while True:
+            term = self.resolve_deltas(term)
+            term, again = self._masks(term)
+            if not again:
+                term, again = self._fold(term)
+            if not again:
+                return term
+
     def resolve_deltas(self, term):
+        """Sum out each delta touching a dummy (ranges are full, so this is exact), then the free ones."""
         while True:
             delta = next((b for b in term.factors if isinstance(b, sp.KroneckerDelta) and self._resolvable(b, term)), None)
             if delta is None:
-                return self._unit_deltas(term)
-            a, b = delta.args[:2]
+                return self._free_deltas(term)
+            a, b = self._delta_args(delta, term.factors[delta])
             if self.dims.get(a) != self.dims.get(b):
                 raise UnsupportedNode(f"Kronecker delta between ranges {self.dims.get(a)} and {self.dims.get(b)}: {delta}")
-            keep = {f: p for f, p in term.factors.items() if f != delta}
-            if a == b:
-                term = Term(term.coeff, term.dummies, keep)
-                continue
             gone, stay = (a, b) if a in term.dummies else (b, a)
-            rest = Term(term.coeff, [d for d in term.dummies if d != gone], keep)
-            term = rest.renamed({gone: stay})
+            rest = Term(term.coeff, [d for d in term.dummies if d != gone], {f: p for f, p in term.factors.items() if f != delta})
+            term = self._substitute(rest, {gone: stay})
 
     @staticmethod
     def _resolvable(delta, term):
         a, b = delta.args[:2]
-        return a == b or a in term.dummies or b in term.dummies
+        return a in term.dummies or b in term.dummies
 
     @staticmethod
-    def _unit_deltas(term):
-        """A delta between free indices stays, with power 1 (delta**2 == delta), args sorted."""
-        factors = defaultdict(int)
-        for f, p in term.factors.items():
-            if isinstance(f, sp.KroneckerDelta):
-                f, p = sp.KroneckerDelta(*f.args[:2]), 1
-            factors[f] += p
-        return Term(term.coeff, term.dummies, factors)
+    def _delta_args(delta, power):
+        if power <= 0:  # 1/delta is undefined off the diagonal: never rewrite it
+            raise UnsupportedNode(f"a Kronecker delta to the power {power}: {delta}")
+        return delta.args[:2]
 
+    def _free_deltas(self, term):
+        """delta_ij f(i, j) = delta_ij f(i, i): each class of equal free indices is renamed to its least member."""
+        classes, rest = {}, {}
+        for f, p in term.factors.items():
+            a, b = self._delta_args(f, p) if isinstance(f, sp.KroneckerDelta) else (None, None)
+            if a is None or self.dims.get(a) != self.dims.get(b) or a not in self.dims:
+                rest[f] = p  # a delta across two ranges is left as it is
+                continue
+            merged = classes.get(a, {a}) | classes.get(b, {b})
+            classes.update({x: merged for x in merged})
+        if not classes:
+            return term
+        least = {x: min(cls, key=sp.default_sort_key) for x, cls in classes.items()}
+        term = self._substitute(Term(term.coeff, term.dummies, rest), {x: r for x, r in least.items() if x != r})
+        term.factors.update({sp.KroneckerDelta(r, x): 1 for x, r in least.items() if x != r})
+        return term
+
+    def _substitute(self, term, mapping):
+        """Rename indices in every factor; a nested sum whose free indices merge is normalised again."""
+        out = Term(term.coeff, term.dummies)
+        for f, p in term.factors.items():
+            new = f.xreplace(mapping)
+            if new != f and not isinstance(f, (sp.Indexed, sp.KroneckerDelta)):
+                new = self._renormalise(new)
+            out.absorb(new**p)
+        return out
+
+    def _renormalise(self, e):
+        """Re-expand the atoms in `e` whose free indices were merged (Sigma(i, i) is not canonical)."""
+        merged = lambda x: isinstance(x, SumAtom) and len(set(x.args)) < len(x.args)
+        e = e.replace(merged, self._instantiate)
+        if self.causal:
+            e = e.replace(lambda x: _is_mask(x) and x.indices[0] == x.indices[1], lambda x: sp.S.One)
+        return e
+
+    def _instantiate(self, atom):
+        """The sum an atom stands for, at its (possibly merged) free indices, in normal form."""
+        cls = atom.func
+        fresh = [self._fresh_index(dim) for dim in cls._dummy_dims]
+        mapping = {**dict(zip(cls._slots, atom.args)), **dict(zip(cls._dummies, fresh))}
+        term = Term(dummies=fresh)
+        for base, power in cls._body:
+            term.absorb(self._renormalise(base.xreplace(mapping)) ** power)
+        return self.canonical(term)
+
+    # -- the mask algebra ----------------------------------------------------------------------
+    def _masks(self, term):
+        """M*M = M; causal: M_ii = 1, a cycle adds the delta it implies (again=True), implied entries go."""
+        factors = {}
+        for f, p in term.factors.items():
+            if _is_mask(f) and p > 0:
+                if self.causal and f.indices[0] == f.indices[1]:
+                    continue
+                p = 1
+            factors[f] = p
+        term = Term(term.coeff, term.dummies, factors)
+        if not self.causal:
+            return term, False
+        entries = {f.indices: f for f, p in factors.items() if _is_mask(f) and p > 0}
+        reach = _reachable(entries)
+        cycle = [(a, b) for a in reach for b in reach[a] if a != b and a in reach.get(b, ())]
+        if cycle:  # M_ab ... M_ba = delta_ab: the entries along a cycle force its indices equal
+            term.factors[sp.KroneckerDelta(*min(cycle, key=sp.default_sort_key))] = 1
+            return term, True
+        for a, b in entries:
+            if any(c != b and b in reach.get(c, ()) for c in reach[a]):  # M_ac M_c..b already imply M_ab
+                del term.factors[entries[a, b]]
+        return term, False
+
+    # -- softmax normalisation -------------------------------------------------------------------
+    def _fold(self, term):
+        """D(x)^-p * (a sub-product whose sum over its own dummies is D(x)) = D(x)^(1-p)."""
+        for base, power in term.factors.items():
+            if power >= 0 or not isinstance(base, SumAtom):
+                continue
+            for group in self._fold_groups(term, base):
+                inside = [(f, p) for f, p in term.factors.items() if f.free_symbols & group]
+                if self._could_be(inside, group, base) and self._atom(inside, sorted(group, key=str)) == base:
+                    return self._folded(term, base, dict(inside), group), True
+        return term, False
+
+    def _fold_groups(self, term, base):
+        """Sets of the term's dummies over the same ranges as the denominator's own."""
+        want = sorted(base.func._dummy_dims)
+        pool = [d for d in term.dummies if d not in base.args]
+        if not want or len(want) > 3:
+            return
+        for group in itertools.combinations(pool, len(want)):
+            if sorted(self.dims[d] for d in group) == want:
+                yield set(group)
+
+    def _could_be(self, inside, group, base):
+        """Cheap necessary conditions before the canonical comparison."""
+        free = {s for f, _ in inside for s in f.free_symbols if s in self.dims} - group
+        return len(inside) == len(base.func._body) and free == set(base.args)
+
+    @staticmethod
+    def _folded(term, base, inside, group):
+        factors = {f: p for f, p in term.factors.items() if f not in inside}
+        factors[base] += 1
+        if factors[base] == 0:
+            del factors[base]
+        return Term(term.coeff, [d for d in term.dummies if d not in group], factors)
+
+    # -- canonical atoms -------------------------------------------------------------------------
     def canonical(self, term):
-        term = self.resolve_deltas(term)
+        term = self.simplify(term)
         outside = [b**p for b, p in term.factors.items() if not (b.free_symbols & set(term.dummies))]
         inside = [(b, p) for b, p in term.factors.items() if b.free_symbols & set(term.dummies)]
         atoms = [self._atom(comp, dums) for comp, dums in self._components(inside, term.dummies)]
         orphan = [d for d in term.dummies if not any(d in b.free_symbols for b, _ in inside)]
-        scale = sp.Mul(*[self._size(d) for d in orphan])
+        scale = sp.Mul(*[self._size(d) for d in orphan])  # sum_j 1 = n
         return term.coeff * scale * sp.Mul(*outside) * sp.Mul(*atoms)
 
     def _size(self, d):
@@ -221,15 +356,18 @@ class Normaliser:
 
     def _atom(self, factors, dummies):
         free = sorted({s for b, _ in factors for s in b.free_symbols if s in self.dims} - set(dummies), key=str)
-        best, best_args = None, []
+        best = None  # (key, mapping, every free order that attains it)
         for mapping, order in self._renamings(dummies, free):
             key = str(sp.Mul(*[b.xreplace(mapping) ** p for b, p in factors]))
-            if best is None or key < best:
-                best, best_args = key, [order]
-            elif key == best:
-                best_args.append(order)
-        cls = self._template(best, best_args)
-        return cls(*best_args[0]) if best_args[0] else cls()
+            if best is None or key < best[0]:
+                best = (key, mapping, [order])
+            elif key == best[0]:
+                best[2].append(order)
+        key, mapping, orders = best
+        if key not in self._templates:
+            self._templates[key] = self._template(key, orders, mapping, factors, dummies)
+        cls = self._templates[key]
+        return cls(*orders[0]) if orders[0] else cls()
 
     def _renamings(self, dummies, free):
         """Every dim-preserving renaming to canonical names; yields (mapping, free in slot order)."""
@@ -251,13 +389,17 @@ class Normaliser:
                 slots[s] = mapping[s].name
             yield mapping, tuple(sorted(free, key=lambda s: slots[s]))
 
-    def _template(self, key, orders):
-        if key not in self._templates:
-            first = orders[0]
-            perms = {tuple(first.index(s) for s in order) for order in orders}
-            name = f"Sigma{len(self._templates)}"
-            self._templates[key] = type(name, (SumAtom,), {"_symmetries": tuple(sorted(perms))})
-        return self._templates[key]
+    def _template(self, key, orders, mapping, factors, dummies):
+        """A new atom class; it keeps its summand so that it can be expanded again (`_instantiate`)."""
+        first = orders[0]
+        perms = {tuple(first.index(s) for s in order) for order in orders}
+        return type(f"Sigma{len(self._templates)}", (SumAtom,), {
+            "_symmetries": tuple(sorted(perms)),
+            "_body": tuple((b.xreplace(mapping), p) for b, p in factors),
+            "_dummies": tuple(mapping[d] for d in dummies),
+            "_dummy_dims": tuple(self.dims[d] for d in dummies),
+            "_slots": tuple(mapping[s] for s in first),
+        })
 
     # -- public --------------------------------------------------------------------------------
     def nf(self, e):
@@ -265,8 +407,23 @@ class Normaliser:
         e = sp.sympify(e)
         return sp.Add(*[self.canonical(t) for t in self.terms(e)])
 
-    def is_zero(self, e):
-        d = sp.expand(self.nf(e))
-        if d == 0:
-            return True
-        return sp.expand(sp.numer(sp.together(d))) == 0
+
+def _is_mask(x):
+    return isinstance(x, sp.Indexed) and x.base.name == MASK and len(x.indices) == 2
+
+
+def _reachable(entries):
+    """index -> every index reachable along mask entries (M_ij read as the edge i -> j)."""
+    succ = defaultdict(set)
+    for a, b in entries:
+        succ[a].add(b)
+    reach = {}
+    for start in list(succ):
+        seen, todo = set(), list(succ[start])
+        while todo:
+            x = todo.pop()
+            if x not in seen:
+                seen.add(x)
+                todo.extend(succ.get(x, ()))
+        reach[start] = seen
+    return reach

@@ -14,16 +14,15 @@ MUTANT_OPTIONS = dict(OPTIONS, grid=list(PROFILES["quick"].mutant_grid))
 @pytest.mark.parametrize("claim,identity", identities(), ids=identity_ids())
 def test_identity_is_proved(claim, identity, path, masked):
     out = run_path(path, identity, masked, claim.id, OPTIONS)
-    assert out.equal, out.measured
-    assert not out.error
+    assert out.status == "proved", out.measured
 
 
 @pytest.mark.parametrize("path", PATHS)
 @pytest.mark.parametrize("mutant", equality_mutants(), ids=lambda m: m.id)
 def test_mutant_is_rejected(mutant, path):
     out = run_path(path, part_of(mutant), True, mutant.id, MUTANT_OPTIONS, mutant.derived, mutant.closed)
-    assert not out.equal, f"{mutant.id} accepted by {path}: {out.measured}"
-    assert not out.error, out.error
+    assert out.status == "disproved", f"{mutant.id} not disproved by {path}: {out.measured}"
+    assert out.witness.lhs != out.witness.rhs
 
 
 def test_masked_baseline_mutant_is_only_wrong_under_a_mask():
@@ -37,5 +36,5 @@ def test_masked_baseline_mutant_is_only_wrong_under_a_mask():
 def test_a_proof_over_budget_fails_with_the_reason():
     claim_identity = next((c, p) for c, p in identities() if c.id == "C8" and p.name == "W_Q")
     out = run_path("general", claim_identity[1], True, "C8", dict(OPTIONS, budget_s=0.005))
-    assert not out.equal
-    assert "ProofTimeout" in out.measured and "budget" in out.measured
+    assert out.status == "undecided"
+    assert "ProofTimeout" in out.reason and "budget" in out.reason
