@@ -47,7 +47,7 @@ class RingBackend(AttentionModel):
         return self.ring.leaf((name,))
 
     def _size(self, dim):
-        return self.sizes[dim]
+        return self.ring.const(self.sizes[dim])  # a ring element: 1 / m.size("n") stays exact (an int would give a float)
 
     def _sum(self, dim, body):
         total = 0

@@ -39,6 +39,13 @@ know), or a denominator that vanished mod p at every resample.
 """
 from __future__ import annotations
 
+BOUND = ("Schwartz–Zippel: at one point a false identity (a nonzero numerator of total degree deg in the entries and "
+         "the exp/log generators) survives with probability at most deg * 2^-29 (entries num/den with den uniform in "
+         "[2^29, 2^30]); points are independent, so the bounds multiply. Size coverage is an assumption: the first point "
+         "has n in {6, 7} and d_k, d_v, m, d_x a permutation of 2..5 (pairwise distinct), later points n in 2..7 and the "
+         "others in 1..5, pairwise distinct with probability 0.8; a claim true at exactly the drawn sizes and false "
+         "elsewhere is not caught.")
+
 import random
 from fractions import Fraction
 
@@ -89,7 +96,7 @@ class RationalBackend(AttentionModel):
         return 1 if i.value == j.value else 0
 
     def _size(self, dim):
-        return self.sizes[dim]
+        return graph.const(self.sizes[dim])  # a node: 1 / m.size("n") stays exact (an int would give a float)
 
     def _sum(self, dim, body):
         total = graph.ZERO
@@ -112,10 +119,6 @@ class RationalBackend(AttentionModel):
 
     def assignments(self, dims):
         return assignments(self.sizes, dims, self.setting.masked)
-
-    def equal(self, lhs, rhs):
-        """Equal mod p at this point."""
-        return graph.lift(lhs).val == graph.lift(rhs).val
 
     def real(self, prec=200):
         """The interval evaluator of this point at `prec` bits (memoised across calls)."""

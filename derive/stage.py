@@ -76,10 +76,29 @@ class DeriveStage:
             self.prove_claim(claim)
             self.attack(claim)
         verdict.assign(self.results, selected)
+        if not self.only:
+            self.engine_mutants()
+        from derive.rational import BOUND
+
+        self.results.derive["rational_bound"] = BOUND
         self.results.derive["kill_matrix"] = self.kill
         self.results.derive["paths"] = list(PATHS) + ["adversarial"]
         self.results.derive["fixed_size_timings"] = self.per_size
         self.benchmark(selected)
+
+    # -- the engine's own negative controls ---------------------------------------------------------
+    def engine_mutants(self):
+        """Faults planted in the proof engine (derive.engine_faults): each must change some probe's outcome."""
+        from derive import engine_faults
+
+        t0 = time.perf_counter()
+        matrix = engine_faults.kill_matrix(log=self.log)
+        self.results.derive["engine_mutants"] = matrix
+        self.results.add(Check("derive/engine-mutants", "derive", "negative-control", "",
+                               "pass" if matrix["killed"] == matrix["planted"] else "fail", round(time.perf_counter() - t0, 4),
+                               {"killed": matrix["killed"], "planted": matrix["planted"],
+                                "survived": [f["id"] for f in matrix["faults"] if not f["killed"]]},
+                               "every planted engine fault changes some probe's outcome"))
 
     # -- speed (recorded, never asserted as a timed test) -------------------------------------------
     def benchmark(self, selected):

@@ -29,6 +29,7 @@ import sympy as sp
 from derive.model import MASK_ALGEBRAS
 
 MASK = "M"  # the model's mask entries (derive.model.LEAVES)
+_MARK, _BLANK = sp.Symbol("_mark", integer=True), sp.Symbol("_blank", integer=True)  # for index roles
 
 
 class UnsupportedNode(TypeError):
@@ -284,7 +285,8 @@ class Normaliser:
         term = Term(term.coeff, term.dummies, factors)
         if not self.causal:
             return term, False
-        entries = {f.indices: f for f, p in factors.items() if _is_mask(f) and p > 0}
+        # Only entries at index symbols: a cycle's delta must be one that resolves, or this would not terminate.
+        entries = {f.indices: f for f, p in factors.items() if _is_mask(f) and p > 0 and all(x in self.dims for x in f.indices)}
         reach = _reachable(entries)
         cycle = [(a, b) for a in reach for b in reach[a] if a != b and a in reach.get(b, ())]
         if cycle:  # M_ab ... M_ba = delta_ab: the entries along a cycle force its indices equal
@@ -357,7 +359,7 @@ class Normaliser:
     def _atom(self, factors, dummies):
         free = sorted({s for b, _ in factors for s in b.free_symbols if s in self.dims} - set(dummies), key=str)
         best = None  # (key, mapping, every free order that attains it)
-        for mapping, order in self._renamings(dummies, free):
+        for mapping, order in self._renamings(factors, dummies, free):
             key = str(sp.Mul(*[b.xreplace(mapping) ** p for b, p in factors]))
             if best is None or key < best[0]:
                 best = (key, mapping, [order])
@@ -369,18 +371,15 @@ class Normaliser:
         cls = self._templates[key]
         return cls(*orders[0]) if orders[0] else cls()
 
-    def _renamings(self, dummies, free):
-        """Every dim-preserving renaming to canonical names; yields (mapping, free in slot order)."""
-        def by_dim(symbols):
-            groups = defaultdict(list)
-            for s in symbols:
-                groups[self.dims[s]].append(s)
-            return sorted(groups.items())
-
+    def _renamings(self, factors, dummies, free):
+        """Renamings to canonical names that keep each index's range and role; yields (mapping, free in slot order)."""
+        roles = self._roles(factors, dummies, free)
         choices = []
-        for kind, groups in (("d", by_dim(dummies)), ("f", by_dim(free))):
-            for dim, syms in groups:
-                names = [sp.Symbol(f"_{kind}_{dim}_{r}", integer=True) for r in range(len(syms))]
+        for kind, symbols in (("d", dummies), ("f", free)):
+            taken = defaultdict(int)  # canonical names used so far, per range
+            for (dim, _), syms in _grouped(symbols, lambda s: (self.dims[s], roles.get(s, ()))):
+                names = [sp.Symbol(f"_{kind}_{dim}_{taken[dim] + r}", integer=True) for r in range(len(syms))]
+                taken[dim] += len(syms)
                 choices.append([list(zip(perm, names)) for perm in itertools.permutations(syms)])
         slots = {}
         for combo in itertools.product(*choices):
@@ -388,6 +387,17 @@ class Normaliser:
             for s in free:
                 slots[s] = mapping[s].name
             yield mapping, tuple(sorted(free, key=lambda s: slots[s]))
+
+    def _roles(self, factors, dummies, free):
+        """How each index occurs, whatever the names: its factors with it marked and every other index blanked.
+
+        Renamings then only permute indices of equal role (a renaming-invariant split, so still canonical)."""
+        sizes = [len(g) for syms in (dummies, free) for _, g in _grouped(syms, self.dims.get)]
+        if max(sizes, default=0) < 3:  # at most two renamings per range: cheaper to try them all
+            return {}
+        blank = {s: _BLANK for s in (*dummies, *free)}
+        return {s: tuple(sorted(str(b.xreplace({**blank, s: _MARK}) ** p) for b, p in factors if s in b.free_symbols))
+                for s in (*dummies, *free)}
 
     def _template(self, key, orders, mapping, factors, dummies):
         """A new atom class; it keeps its summand so that it can be expanded again (`_instantiate`)."""
@@ -406,6 +416,14 @@ class Normaliser:
         """The canonical form of an expression: a rational expression over opaque atoms."""
         e = sp.sympify(e)
         return sp.Add(*[self.canonical(t) for t in self.terms(e)])
+
+
+def _grouped(items, key):
+    """(key, items with that key), in key order."""
+    groups = defaultdict(list)
+    for x in items:
+        groups[key(x)].append(x)
+    return sorted(groups.items())
 
 
 def _is_mask(x):

@@ -64,3 +64,10 @@ def test_readout_gradients_are_not_linearised():
     out = run_path("general", WO_GRAD_ZERO, False, "dL/dWO = 0", QUICK)
     assert_disproved(out, "general")
     assert "full CE loss" in out.measured
+
+
+@pytest.mark.parametrize("path", PATHS)
+def test_division_by_a_size_is_exact(path):
+    """1 / m.size("n") must not become a float on the fixed-size paths (sum_j 1/n = 1 would then 'differ')."""
+    mean = ident(("n",), "scores", lambda m, i: m.sum("n", lambda j: 1 / m.size("n")), lambda m, i: 1)
+    assert run_path(path, mean, True, "mean of ones", QUICK).status == "proved"

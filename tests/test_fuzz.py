@@ -1,0 +1,47 @@
+"""The claim fuzzer: no path gives a false verdict on a quick run, and the oracle it trusts is right."""
+import json
+import time
+
+import pytest
+
+from derive import fuzz
+from derive.fuzz import Claim, dgrad, mul, q
+from numeric import oracle
+
+C1_FREE = (("i", "n"), ("j", "n"))
+C1 = Claim(-1, "scores", C1_FREE, dgrad("s", "i", "j"), q("dS", "i", "j"), "C1 closed form")
+C1_DROPPED_BASELINE = Claim(-2, "scores", C1_FREE, dgrad("s", "i", "j"), mul(q("alpha", "i", "j"), q("b", "i", "j")), "M1")
+
+
+@pytest.mark.parametrize("masked", [False, True], ids=["unmasked", "masked"])
+def test_oracle_accepts_c1_and_rejects_its_mutant(masked):
+    true, false = oracle.label(C1, masked, 0), oracle.label(C1_DROPPED_BASELINE, masked, 0)
+    assert true["true"] and true["gap"] < 1e-13, true
+    assert not false["true"] and false["gap"] > 1e3 * oracle.MARGIN, false
+
+
+def test_generation_is_deterministic_and_well_formed():
+    first = [c.description + c.text() for c in fuzz.generate(150, 7)]
+    assert first == [c.description + c.text() for c in fuzz.generate(150, 7)]
+    assert first != [c.description + c.text() for c in fuzz.generate(150, 8)]
+    assert all(not fuzz.problems(c) for c in fuzz.generate(150, 7))
+
+
+def test_quick_run_has_no_false_verdict():
+    t0 = time.perf_counter()
+    summary = fuzz.run(n=12, seed=0, paths=fuzz.PATHS, jobs=1, log=lambda line: None, budget_s=5.0)
+    seconds = time.perf_counter() - t0
+    assert summary["false_verdicts"] == [], json.dumps(summary["false_verdicts"], indent=1)
+    assert summary["true"] > 0 and summary["false"] > 0, summary
+    assert summary["ill_formed"] == 0
+    gaps = summary["oracle"]
+    assert gaps["largest_true"] < 1e-12 and gaps["closest_false"] > 1e3 * oracle.MARGIN, gaps
+    assert set(summary["paths"]) == set(fuzz.PATHS)
+    assert seconds <= 60, f"quick fuzz run took {seconds:.1f} s"
+
+
+def test_cli_writes_json_and_exit_status(tmp_path):
+    out = tmp_path / "fuzz.json"
+    assert fuzz.main(["--n", "2", "--paths", "general", "--out", str(out)]) == 0
+    written = json.loads(out.read_text())
+    assert written["claims"] == 2 and list(written["paths"]) == ["general"]
