@@ -45,9 +45,20 @@ def test_kill_matrix_is_complete(results):
 
 def test_negative_controls_are_checks(results):
     _, data = results
-    ncs = [c for c in data["checks"] if c["kind"] == "negative-control"]
+    ncs = [c for c in data["checks"] if c["kind"] == "negative-control" and c["id"] != "derive/engine-mutants"]
     assert len(ncs) >= 8 * 3
     assert all(c["status"] == "pass" and c["expected"] == "rejected" for c in ncs)
+    assert all(c["outcome"] == "disproved" for c in ncs if c["path"] != "adversarial")
+
+
+def test_engine_mutants_and_rational_bound_are_recorded(results):
+    _, data = results
+    em = data["derive"]["engine_mutants"]
+    assert em["planted"] >= 10 and em["killed"] == em["planted"] and em["kill_rate"] == 1.0
+    assert "Schwartz" in data["derive"]["rational_bound"]
+    claims = {c["id"]: c for c in data["claims"]}
+    assert claims["C1"]["paths"] == {"general": "proved", "fixed": "proved", "rational": "proved"}
+    assert data["inconsistencies"] == []
 
 
 def test_results_schema(results):

@@ -49,3 +49,33 @@ def test_numeric_only_is_confirmed_and_nothing_is_not_run():
     numeric = Check("numeric/X/main/float64", "numeric", "numeric", "X", "pass", 0.0, {})
     assert analytic([numeric])["verdict"] == "confirmed"
     assert analytic([])["verdict"] == "not-run"
+
+
+def test_a_perturbed_api_kernel_makes_its_claim_fail(monkeypatch):
+    """The API kernel's dS off by a factor 1 + 1e-7 (identity kernels untouched): C1 must not stay positive."""
+    import pytest
+
+    torch = pytest.importorskip("torch")
+    from derive import claims as registry
+    from derive import verdict
+    from derive.results import Results
+    from numeric import api
+    from numeric.stage import PROFILES, NumericStage
+
+    def perturbed(original):
+        def kernel(*args):
+            alpha, b, ds, dq, dk, dv = original(*args)
+            return alpha, b, ds * (1 + 1e-7), dq, dk, dv
+        return kernel
+
+    for name in ("attention_backward_masked", "attention_backward_unmasked"):
+        monkeypatch.setattr(api.gen, name, perturbed(getattr(api.gen, name)))
+    results = Results({})
+    stage = NumericStage(results, PROFILES["quick"], "cpu", 0, log=lambda *a: None)
+    torch.set_num_threads(1)
+    stage.api_agreement()
+    stage.identities(api.gen)
+    verdict.assign(results, registry.claims())
+    assert any(c.status == "fail" and c.claim == "C1" for c in results.checks)
+    assert results.claims["C1"]["verdict"] == "failed", results.claims["C1"]
+    assert results.claims["C2"]["verdict"] == "confirmed"  # its own checks passed
