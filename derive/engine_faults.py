@@ -76,6 +76,7 @@ def probes():
     return (
         _paper("C1 score advantage", "general", "C1", True),
         _paper("C3 query gradient", "general", "C3", True),
+        _paper("C4 key gradient", "general", "C4", True),
         _wrong("M2 uniform baseline", "general", "M2-uniform-baseline"),
         _wrong("M8 q/k transposed", "general", "M8-transpose-qk"),
         _probe("softmax Jacobian", "general", ("n", "n", "n"), "scores", jac,

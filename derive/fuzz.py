@@ -261,6 +261,7 @@ class Claim:
     loss: str = "any"
     mask_algebra: str = "boolean"
     intended: bool = True  # what the generator meant; the oracle decides
+    family: str = ""  # which generator made it (FAMILIES)
 
     @property
     def name(self):
@@ -291,7 +292,6 @@ class Template:
     loss: str = "any"
     mask_algebra: str = "boolean"
     mutants: tuple = ()  # (description, wrong closed side)
-
 
 
 # -- templates: true identities ------------------------------------------------------------------
@@ -799,17 +799,24 @@ def _hessian(rng, index):
                  f"Hessian symmetry d2L/d{x} d{y} [{level}]", loss), None
 
 
+FAMILIES = ("paper closed forms", "first derivatives", "normalisations", "second derivatives",
+            "differentiated identities", "Hessian symmetry")
+
+
 def _base(rng, index):
     r = rng.random()
     if r < 0.3:
-        return _from_template(rng, index, PAPER)
-    if r < 0.45:
-        return _from_template(rng, index, FIRST_ORDER)
-    if r < 0.6:
-        return _from_template(rng, index, ALGEBRA)
-    if r < 0.7:
-        return _from_template(rng, index, SECOND_ORDER)
-    return _lift(rng, index) if r < 0.87 else _hessian(rng, index)
+        claim, t = _from_template(rng, index, PAPER)
+    elif r < 0.45:
+        claim, t = _from_template(rng, index, FIRST_ORDER)
+    elif r < 0.6:
+        claim, t = _from_template(rng, index, ALGEBRA)
+    elif r < 0.7:
+        claim, t = _from_template(rng, index, SECOND_ORDER)
+    else:
+        claim, t = _lift(rng, index) if r < 0.87 else _hessian(rng, index)
+    family = FAMILIES[sum(r >= edge for edge in (0.3, 0.45, 0.6, 0.7, 0.87))]
+    return replace(claim, family=family), t
 
 
 def problems(claim):
@@ -918,7 +925,7 @@ def run_one(claim, paths, seed, budget_s=BUDGET_S):
 
     identity = claim.identity()
     options = {"grid": list(FIXED_GRID), "points": 2, "seed": seed * 100_003 + claim.index, "budget_s": budget_s}
-    row = {"index": claim.index, "name": claim.name, "level": claim.level, "description": claim.description,
+    row = {"index": claim.index, "name": claim.name, "family": claim.family, "level": claim.level, "description": claim.description,
            "claim": claim.text(), "intended": claim.intended, "cases": []}
     for masked in (False, True):
         lab = oracle.label(claim, masked, seed * 100_003 + claim.index)
@@ -958,20 +965,25 @@ def _quiet_worker():
 
 
 def summarise(rows, paths, seconds):
+    """The run's figures. A case is one claim in one setting (unmasked, masked): the unit a path decides
+    and the oracle labels; `true` / `false` count claims (true: true in both settings)."""
     cases = [(r, c) for r in rows for c in r["cases"]]
-    true = [c for _, c in cases if c["true"]]
-    false = [c for _, c in cases if not c["true"]]
+    true_cases = [c for _, c in cases if c["true"]]
     closest = min(((c["gap"], r) for r, c in cases if not c["true"]), key=lambda x: x[0], default=(None, {}))
-    gaps = {"closest_false": closest[0], "closest_false_claim": f"{closest[1].get('name')}: {closest[1].get('description')}",
-            "largest_true": max((c["gap"] for c in true), default=None)}
-    per_path = {p: _path_summary(p, cases, len(true), len(false), len(rows)) for p in paths}
-    verdicts = [_false_verdict(r, c, p) for r, c in cases for p in paths if c["paths"][p]["false_verdict"]]
-    return {"claims": len(rows), "cases": len(cases), "true": len(true), "false": len(false),
-            "claims_intended_false": sum(not r["intended"] for r in rows),
-            "one_hot_only": sum(c["one_hot_only"] for _, c in cases),
-            "oracle": {"margin": _margin(), **gaps}, "paths": per_path,
-            "false_verdicts": verdicts, "ill_formed": sum(c["paths"][p]["status"] == "ill-formed" for _, c in cases for p in paths),
-            "seconds": round(seconds, 2), "claims_per_s": round(len(rows) / seconds, 3) if seconds else None}
+    n_true = sum(all(c["true"] for c in r["cases"]) for r in rows)
+    return {
+        "claims": len(rows), "true": n_true, "false": len(rows) - n_true, "cases": len(cases),
+        "cases_true": len(true_cases), "cases_false": len(cases) - len(true_cases),
+        "claims_intended_false": sum(not r["intended"] for r in rows),
+        "one_hot_only": sum(c["one_hot_only"] for _, c in cases),
+        "margin": _margin(), "closest_false_gap": closest[0],
+        "closest_false_claim": f"{closest[1].get('name')}: {closest[1].get('description')}" if closest[1] else None,
+        "largest_true_gap": max((c["gap"] for c in true_cases), default=None),
+        "paths": {p: _path_summary(p, cases, len(rows)) for p in paths},
+        "families": _families(rows, paths),
+        "false_verdicts": [_false_verdict(r, c, p) for r, c in cases for p in paths if c["paths"][p]["false_verdict"]],
+        "ill_formed": sum(c["paths"][p]["status"] == "ill-formed" for _, c in cases for p in paths),
+        "seconds": round(seconds, 2), "claims_per_second": round(len(rows) / seconds, 3) if seconds else None}
 
 
 def _margin():
@@ -980,24 +992,42 @@ def _margin():
     return MARGIN
 
 
-def _path_summary(path, cases, n_true, n_false, n_claims):
+def _rate(hits, total):
+    return round(hits / total, 4) if total else None
+
+
+def _path_summary(path, cases, n_claims):
     res = [(c["true"], c["paths"][path]) for _, c in cases]
     count = lambda status, truth=None: sum(r["status"] == status and (truth is None or t == truth) for t, r in res)  # noqa: E731
     seconds = sum(r["seconds"] for _, r in res)
+    n_true = sum(t for t, _ in res)
     return {"proved": count("proved"), "disproved": count("disproved"), "undecided": count("undecided"),
-            "ill_formed": count("ill-formed"),
-            "decision_rate_true": round(count("proved", True) / n_true, 4) if n_true else None,
-            "decision_rate_false": round(count("disproved", False) / n_false, 4) if n_false else None,
-            "timeouts": sum("budget" in r["measured"] for _, r in res),
+            "ill_formed": count("ill-formed"), "timeouts": sum("budget" in r["measured"] for _, r in res),
+            "true_decided_rate": _rate(count("proved", True), n_true),
+            "false_decided_rate": _rate(count("disproved", False), len(res) - n_true),
             "false_verdicts": sum(r["false_verdict"] for _, r in res),
-            "seconds": round(seconds, 2), "claims_per_s": round(n_claims / seconds, 3) if seconds else None}
+            "seconds": round(seconds, 2), "claims_per_second": round(n_claims / seconds, 3) if seconds else None}
+
+
+def _families(rows, paths):
+    """Per generator family: claims, true claims, and each path's share of cases decided correctly."""
+    out = {}
+    for family in dict.fromkeys(r["family"] for r in rows):
+        mine = [r for r in rows if r["family"] == family]
+        cases = [c for r in mine for c in r["cases"]]
+        d = {"claims": len(mine), "true": sum(all(c["true"] for c in r["cases"]) for r in mine)}
+        for p in paths:
+            right = sum(c["paths"][p]["status"] == ("proved" if c["true"] else "disproved") for c in cases)
+            d[f"{p}_decided_rate"] = _rate(right, len(cases))
+        out[family] = d
+    return out
 
 
 def _false_verdict(row, case, path):
     res = case["paths"][path]
-    return {"claim": row["name"], "path": path, "masked": case["masked"], "status": res["status"],
-            "oracle": "true" if case["true"] else "false", "gap": case["gap"], "level": row["level"],
-            "description": row["description"], "text": row["claim"], "measured": res["measured"]}
+    return {"claim": row["name"], "path": path, "masked": case["masked"], "verdict": res["status"],
+            "truth": "true" if case["true"] else "false", "gap": case["gap"], "level": row["level"], "family": row["family"],
+            "description": f"{row['description']}: {row['claim']}", "measured": res["measured"]}
 
 
 def run(n=2000, seed=0, paths=PATHS, jobs=1, log=print, budget_s=BUDGET_S):
@@ -1027,19 +1057,19 @@ def _progress(rows, n, paths, seconds, log):
 
 def report(summary, log=print):
     """The final summary, as text."""
-    o = summary["oracle"]
-    log(f"fuzz: {summary['claims']} claims ({summary['cases']} masked/unmasked cases: {summary['true']} true, "
-        f"{summary['false']} false; {summary['one_hot_only']} true only for one-hot targets) in {summary['seconds']} s, "
-        f"{summary['claims_per_s']} claims/s")
-    log(f"oracle: margin {o['margin']:g} relative; largest error on a true claim {_g(o['largest_true'])}; "
-        f"closest false claim {_g(o['closest_false'])} ({o['closest_false_claim']})")
+    o = summary
+    log(f"fuzz: {o['claims']} claims ({o['true']} true in both settings, {o['false']} false in one or both), "
+        f"{o['cases']} unmasked/masked cases ({o['cases_true']} true, {o['cases_false']} false; {o['one_hot_only']} true "
+        f"only for one-hot targets) in {o['seconds']} s, {o['claims_per_second']} claims/s")
+    log(f"oracle: margin {o['margin']:g} relative; largest error on a true case {_g(o['largest_true_gap'])}; "
+        f"closest false case {_g(o['closest_false_gap'])} ({o['closest_false_claim']})")
     for path, s in summary["paths"].items():
         log(f"  {path:8s} proved {s['proved']:5d}  disproved {s['disproved']:5d}  undecided {s['undecided']:5d} "
-            f"(timeouts {s['timeouts']})  decided: true {_pct(s['decision_rate_true'])} false {_pct(s['decision_rate_false'])}  "
-            f"false verdicts {s['false_verdicts']}  {s['claims_per_s']} claims/s")
+            f"(timeouts {s['timeouts']})  decided: true {_pct(s['true_decided_rate'])} false {_pct(s['false_decided_rate'])}  "
+            f"false verdicts {s['false_verdicts']}  {s['claims_per_second']} claims/s")
     for v in summary["false_verdicts"]:
-        log(f"FALSE VERDICT {v['path']} {v['status']} a {v['oracle']} identity ({'masked' if v['masked'] else 'unmasked'}, "
-            f"gap {v['gap']:.2g}): {v['claim']} {v['description']}\n      {v['text'][:300]}")
+        log(f"FALSE VERDICT {v['path']} {v['verdict']} a {v['truth']} identity ({'masked' if v['masked'] else 'unmasked'}, "
+            f"gap {v['gap']:.2g}): {v['claim']} {v['description'][:400]}")
 
 
 def _g(x):

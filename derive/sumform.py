@@ -114,6 +114,7 @@ class Normaliser:
         self.causal = mask_algebra == "causal"
         self.max_terms = max_terms
         self._templates = {}
+        self._forms = {}
         self._fresh = itertools.count()
 
     # -- expansion into terms ----------------------------------------------------------------
@@ -359,7 +360,7 @@ class Normaliser:
     def _atom(self, factors, dummies):
         free = sorted({s for b, _ in factors for s in b.free_symbols if s in self.dims} - set(dummies), key=str)
         best = None  # (key, mapping, every free order that attains it)
-        for mapping, order in self._renamings(factors, dummies, free):
+        for mapping, order in self._renamings(*self._classes(factors, dummies, free)):
             key = str(sp.Mul(*[b.xreplace(mapping) ** p for b, p in factors]))
             if best is None or key < best[0]:
                 best = (key, mapping, [order])
@@ -371,33 +372,38 @@ class Normaliser:
         cls = self._templates[key]
         return cls(*orders[0]) if orders[0] else cls()
 
-    def _renamings(self, factors, dummies, free):
-        """Renamings to canonical names that keep each index's range and role; yields (mapping, free in slot order)."""
+    def _classes(self, factors, dummies, free):
+        """Dummies and free indices in classes of equal range and role, in an order that does not depend on names."""
         roles = self._roles(factors, dummies, free)
-        choices = []
-        for kind, symbols in (("d", dummies), ("f", free)):
-            taken = defaultdict(int)  # canonical names used so far, per range
-            for (dim, _), syms in _grouped(symbols, lambda s: (self.dims[s], roles.get(s, ()))):
-                names = [sp.Symbol(f"_{kind}_{dim}_{taken[dim] + r}", integer=True) for r in range(len(syms))]
-                taken[dim] += len(syms)
-                choices.append([list(zip(perm, names)) for perm in itertools.permutations(syms)])
-        slots = {}
-        for combo in itertools.product(*choices):
-            mapping = dict(pair for part in combo for pair in part)
-            for s in free:
-                slots[s] = mapping[s].name
-            yield mapping, tuple(sorted(free, key=lambda s: slots[s]))
+        split = lambda symbols: [syms for _, syms in _grouped(symbols, lambda s: (self.dims[s], roles.get(s, ())))]
+        return split(dummies), split(free)
 
     def _roles(self, factors, dummies, free):
-        """How each index occurs, whatever the names: its factors with it marked and every other index blanked.
-
-        Renamings then only permute indices of equal role (a renaming-invariant split, so still canonical)."""
+        """How each index occurs, whatever the names: its factors with it marked and every other index blanked."""
         sizes = [len(g) for syms in (dummies, free) for _, g in _grouped(syms, self.dims.get)]
         if max(sizes, default=0) < 3:  # at most two renamings per range: cheaper to try them all
             return {}
         blank = {s: _BLANK for s in (*dummies, *free)}
         return {s: tuple(sorted(str(b.xreplace({**blank, s: _MARK}) ** p) for b, p in factors if s in b.free_symbols))
                 for s in (*dummies, *free)}
+
+    def _renamings(self, dummies, free):
+        """Every renaming to canonical names within each class (`_classes`); yields (mapping, free in slot order)."""
+        choices = []
+        for kind, classes in (("d", dummies), ("f", free)):
+            taken = defaultdict(int)  # canonical names used so far, per range
+            for syms in classes:
+                dim = self.dims[syms[0]]
+                names = [sp.Symbol(f"_{kind}_{dim}_{taken[dim] + r}", integer=True) for r in range(len(syms))]
+                taken[dim] += len(syms)
+                choices.append([list(zip(perm, names)) for perm in itertools.permutations(syms)])
+        free = [s for syms in free for s in syms]
+        slots = {}
+        for combo in itertools.product(*choices):
+            mapping = dict(pair for part in combo for pair in part)
+            for s in free:
+                slots[s] = mapping[s].name
+            yield mapping, tuple(sorted(free, key=lambda s: slots[s]))
 
     def _template(self, key, orders, mapping, factors, dummies):
         """A new atom class; it keeps its summand so that it can be expanded again (`_instantiate`)."""
@@ -415,7 +421,9 @@ class Normaliser:
     def nf(self, e):
         """The canonical form of an expression: a rational expression over opaque atoms."""
         e = sp.sympify(e)
-        return sp.Add(*[self.canonical(t) for t in self.terms(e)])
+        if e not in self._forms:  # the model shares sub-expressions (each Z_i under many sums)
+            self._forms[e] = sp.Add(*[self.canonical(t) for t in self.terms(e)])
+        return self._forms[e]
 
 
 def _grouped(items, key):
