@@ -13,7 +13,7 @@ import traceback
 from pathlib import Path
 
 from derive import claims as registry
-from derive.model import ShapeError, Setting
+from derive.model import Setting, ShapeError
 
 
 class ClaimFileError(Exception):

@@ -81,7 +81,7 @@ def assignments(sizes, dims, masked=True):
     free indices are equal matters (values 0, 1, 2, ... in order of first use). Positions (n) under
     the causal mask are not relabelling-invariant and get every value."""
     out = [()]
-    for pos, dim in enumerate(dims):
+    for dim in dims:
         if masked and dim == "n":
             out = [a + (Ix(dim, r),) for a in out for r in range(sizes[dim])]
             continue

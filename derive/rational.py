@@ -39,19 +39,19 @@ know), or a denominator that vanished mod p at every resample.
 """
 from __future__ import annotations
 
-BOUND = ("Schwartz–Zippel: at one point a false identity (a nonzero numerator of total degree deg in the entries and "
-         "the exp/log generators) survives with probability at most deg * 2^-29 (entries num/den with den uniform in "
-         "[2^29, 2^30]); points are independent, so the bounds multiply. Size coverage is an assumption: the first point "
-         "has n in {6, 7} and d_k, d_v, m, d_x a permutation of 2..5 (pairwise distinct), later points n in 2..7 and the "
-         "others in 1..5, pairwise distinct with probability 0.8; a claim true at exactly the drawn sizes and false "
-         "elsewhere is not caught.")
-
 import random
 from fractions import Fraction
 
 from derive import graph
 from derive.fixed import Ix, assignments
 from derive.model import DIMS, AttentionModel, Setting
+
+BOUND = ("Schwartz–Zippel: at one point a false identity (a nonzero numerator of total degree deg in the entries and "
+         "the exp/log generators) survives with probability at most deg * 2^-29 (entries num/den with den uniform in "
+         "[2^29, 2^30]); points are independent, so the bounds multiply. Size coverage is an assumption: the first point "
+         "has n in {6, 7} and d_k, d_v, m, d_x a permutation of 2..5 (pairwise distinct), later points n in 2..7 and the "
+         "others in 1..5, pairwise distinct with probability 0.8; a claim true at exactly the drawn sizes and false "
+         "elsewhere is not caught.")
 
 RESAMPLES = 4  # redraws of a point whose denominator vanished mod p
 CERTIFY_PER_POINT = 4  # differing index assignments certified at one point before moving on

@@ -20,9 +20,12 @@ class NumericProfile:
     api_cases: int
     identity_draws: int
     bench: str
+    fuzz_claims: int  # random identities whose verdicts are compared with the float64 oracle (derive.fuzz)
+    fuzz_budget_s: float
 
 
-PROFILES = {"quick": NumericProfile("quick", 12, 2, "quick"), "default": NumericProfile("default", 40, 4, "default")}
+PROFILES = {"quick": NumericProfile("quick", 12, 2, "quick", 10, 5.0),
+            "default": NumericProfile("default", 40, 4, "default", 200, 8.0)}
 IDENTITY_SHAPES = [({"n": 4, "dk": 3, "dv": 2, "m": 3, "dx": 3}, (), "causal"),
                    ({"n": 5, "dk": 2, "dv": 3, "m": 2, "dx": 2}, (2,), "padding"),
                    ({"n": 3, "dk": 1, "dv": 1, "m": 2, "dx": 1}, (2, 3), "none"),
@@ -45,6 +48,7 @@ class NumericStage:
         self.api_agreement()
         self.special_cases()
         self.benchmarks()
+        self.fuzz()
         verdict.assign(self.results, registry.claims())  # every check naming a claim decides its verdict
 
     def _check(self, cid, claim, ok, seconds, measured, expected, kind="numeric", detail=""):
@@ -153,6 +157,22 @@ class NumericStage:
         except Exception as exc:  # gradcheck raises on mismatch
             ok, measured = False, f"{type(exc).__name__}: {exc}"[:300]
         self._check(cid, claim, ok, time.perf_counter() - t0, measured, expected)
+
+    # -- the proof paths against an independent oracle ------------------------------------------------
+    def fuzz(self):
+        """Random true and false identities through every proof path; any false verdict fails the run."""
+        from derive import fuzz
+
+        t0 = time.perf_counter()
+        summary = fuzz.run(self.profile.fuzz_claims, self.seed, jobs=1, log=self.log, budget_s=self.profile.fuzz_budget_s)
+        summary.pop("rows", None)  # every claim's outcome: `python -m derive.fuzz --out FILE` keeps them
+        self.results.derive["fuzz"] = summary
+        wrong = summary["false_verdicts"]
+        self._check("numeric/claim-fuzzer", "", not wrong, time.perf_counter() - t0,
+                    {"claims": summary["claims"], "false_verdicts": len(wrong),
+                     "general_decided_on_true": summary["paths"]["general"]["true_decided_rate"]},
+                    {"false_verdicts": 0}, kind="negative-control",
+                    detail="proved false / disproved true identities against the float64 autograd oracle")
 
     # -- speed ------------------------------------------------------------------------------------------
     def benchmarks(self):

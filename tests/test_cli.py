@@ -99,6 +99,9 @@ def test_codegen_and_numeric_stages(tmp_path):
     assert any(b["reference"] == "autograd" for b in data["benchmarks"])
     verdicts = {c["id"]: c["verdict"] for c in data["claims"]}
     assert verdicts["C1"] == "confirmed"
+    fz = data["derive"]["fuzz"]
+    assert fz["claims"] >= 10 and fz["false_verdicts"] == [] and set(fz["paths"]) == {"general", "fixed", "rational"}
+    assert any(c["id"] == "numeric/claim-fuzzer" and c["status"] == "pass" for c in data["checks"])
 
 
 def test_experiments_stage_quick_and_cached(tmp_path):

@@ -1,6 +1,5 @@
-import sympy as sp
-
 import pytest
+import sympy as sp
 
 from derive.ring import BITS, MASK, MAX_EXPONENT, DiffRing, ExponentOverflow
 
