@@ -79,3 +79,29 @@ def test_a_perturbed_api_kernel_makes_its_claim_fail(monkeypatch):
     assert any(c.status == "fail" and c.claim == "C1" for c in results.checks)
     assert results.claims["C1"]["verdict"] == "failed", results.claims["C1"]
     assert results.claims["C2"]["verdict"] == "confirmed"  # its own checks passed
+
+
+def test_a_path_contradicting_another_is_reported_loudly():
+    """With a fault planted in the rational path, it proves what the others disprove: an internal inconsistency."""
+    from derive import claims as registry
+    from derive import engine_faults
+    from derive.all import open_verdicts, summary
+    from derive.claims import Claim, Identity
+    from derive.results import Results
+    from derive.stage import PROFILES, DeriveStage
+
+    wrong = Claim("Z1", "wrong advantage", "x", "test", (Identity("main", ("n", "n"), "scores",
+                  lambda m, i, j: m.derived_grad("s", i, j), lambda m, i, j: m.alpha(i, j) * m.b(i, j), "x"),))
+    registry.register(wrong)
+    try:
+        results = Results({})
+        fault = next(f for f in engine_faults.FAULTS if f.id == "rational-differences-ignored")
+        with engine_faults.planted(fault):
+            DeriveStage(results, PROFILES["quick"], 0, log=lambda *a: None, only_claims={"Z1"}).run()
+    finally:
+        del registry.REGISTRY["Z1"]
+    z1 = results.claims["Z1"]
+    assert z1["verdict"] == "failed" and z1["evidence"].startswith("INTERNAL INCONSISTENCY")
+    assert {(x["proved_by"], x["disproved_by"]) for x in results.inconsistencies()} >= {("rational", "general")}
+    assert "INTERNAL INCONSISTENCY in claim Z1" in summary(results, {"Z1"})
+    assert open_verdicts(results, [wrong]) == ["Z1"]
