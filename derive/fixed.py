@@ -35,6 +35,8 @@ class RingBackend(AttentionModel):
         return ix.dim
 
     def entry(self, name, *ix):
+        if name == "M":  # an explicit mask entry is the causal mask itself (all ones unmasked), as on every path
+            return self.mask_entry(*ix) if self.setting.masked else 1
         return self.ring.leaf((name,) + tuple(i.value for i in ix))
 
     def mask_entry(self, i, j):
