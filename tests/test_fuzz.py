@@ -42,7 +42,7 @@ def test_quick_run_has_no_false_verdict():
 
 def test_cli_writes_json_and_exit_status(tmp_path):
     out = tmp_path / "fuzz.json"
-    assert fuzz.main(["--n", "2", "--paths", "general", "--out", str(out)]) == 0
+    assert fuzz.main(["--n", "2", "--jobs", "1", "--paths", "general", "--out", str(out)]) == 0
     written = json.loads(out.read_text())
     assert written["claims"] == 2 and list(written["paths"]) == ["general"]
 
@@ -55,6 +55,6 @@ def test_a_path_that_proves_everything_is_caught(monkeypatch, tmp_path):
 
     monkeypatch.setattr("derive.prove.run_path", lambda *args, **kwargs: Proved())
     out = tmp_path / "fuzz.json"
-    assert fuzz.main(["--n", "6", "--paths", "general", "--out", str(out)]) == 1
+    assert fuzz.main(["--n", "6", "--jobs", "1", "--paths", "general", "--out", str(out)]) == 1
     verdicts = json.loads(out.read_text())["false_verdicts"]
     assert verdicts and all(v["verdict"] == "proved" and v["truth"] == "false" for v in verdicts)

@@ -1,0 +1,20 @@
+"""Claim fuzzer: random identities of the model's algebra, labelled by an independent float64 oracle
+(`numeric.oracle`), sent through every proof path. A path that proves a false identity or disproves a
+true one gives a FALSE VERDICT; `undecided` is allowed and counted.
+
+    python -m derive.fuzz [--n N] [--seed S] [--paths general,fixed,rational] [--out FILE] [--jobs J]
+
+A claim is two terms of a small grammar (the dataclasses below). Each term has two interpretations:
+`model_eval` over `derive.model.AttentionModel` (what the proof paths see) and
+`numeric.oracle.Evaluator` (plain torch on a vectorised forward, autograd for every derivative).
+Claims come from true templates (C1–C10 style closed forms, normalisations, first and second
+derivatives, readout), rewritten by truth-preserving moves, and about half of them corrupted
+(index swaps, dropped or doubled factors, powers of c, dimension substitutions, the mask on the wrong
+side, sums over the wrong index, the paper's own mutants). The oracle, not the intent, decides truth.
+"""
+
+from derive.fuzz.generate import generate, problems
+from derive.fuzz.grammar import Claim, dgrad, grad, leaf, mul, q
+from derive.fuzz.runner import BUDGET_S, PATHS, main, run, run_one
+
+__all__ = ["BUDGET_S", "PATHS", "Claim", "dgrad", "generate", "grad", "leaf", "main", "mul", "problems", "q", "run", "run_one"]
