@@ -12,6 +12,8 @@ import inspect
 import traceback
 from pathlib import Path
 
+import sympy as sp
+
 from derive import claims as registry
 from derive.model import Setting, ShapeError
 
@@ -39,8 +41,8 @@ def load(path) -> list:
     try:
         for cid in added:
             check(registry.REGISTRY[cid], path)
-    except ClaimFileError:
-        _drop(before)
+    except BaseException:
+        _drop(before)  # nothing half-checked stays registered
         raise
     return added
 
@@ -90,14 +92,27 @@ def _check_sides(claim, identity, derived, closed, path):
         line = fn.__code__.co_firstlineno if hasattr(fn, "__code__") else 1
         _check_arity(claim, identity, side, fn, path, line)
         m = GeneralBackend(Setting(identity.level, "ce", True, identity.mask_algebra), f"{claim.id} / {identity.name}")
+        where = f"claim {claim.id}, identity {identity.name!r}, {side} side"
         try:
-            fn(m, *m.free_indices(identity.free))
-        except (ShapeError, AttributeError, NameError, KeyError) as exc:
-            what = _structural(exc, m)
-            raise ClaimFileError(f"{path}:{_line_in(path, exc, line)}: claim {claim.id}, identity {identity.name!r}, "
-                                 f"{side} side: {what}") from exc
+            ix = m.free_indices(identity.free)
+            value = fn(m, *ix)
+            m.check_free(value, ix, f"the {side} side")
+        except (ShapeError, AttributeError, NameError, KeyError, TypeError) as exc:
+            raise ClaimFileError(f"{path}:{_line_in(path, exc, line)}: {where}: {_structural(exc, m)}") from exc
         except Exception:  # not structural: a proof path reports it as undecided, with the reason
-            pass
+            continue
+        floats = sorted(sp.sympify(value).atoms(sp.Float), key=float) if _is_expr(value) else []
+        if floats:
+            raise ClaimFileError(f"{path}:{line}: {where}: the float {floats[0]} is not exact; write it as "
+                                 f"fractions.Fraction or an integer ratio (the proofs are exact)")
+
+
+def _is_expr(value):
+    try:
+        sp.sympify(value)
+        return True
+    except (sp.SympifyError, TypeError):
+        return False
 
 
 def _check_arity(claim, identity, side, fn, path, line):

@@ -67,6 +67,20 @@ class Claim:
     derivation: str = ""  # the argument, for the report (LaTeX)
     mutants: tuple = field(default_factory=tuple)
 
+    def __post_init__(self):
+        if not isinstance(self.parts, tuple) or not self.parts or not all(isinstance(p, Identity) for p in self.parts):
+            raise ValueError(f"claim {self.id}: parts must be a non-empty tuple of Identity")
+        names = [p.name for p in self.parts]
+        twice = sorted({n for n in names if names.count(n) > 1})
+        if twice:
+            raise ValueError(f"claim {self.id}: identity name(s) {', '.join(map(repr, twice))} used twice")
+        if self.kind not in ("identity", "inequality"):
+            raise ValueError(f"claim {self.id}: kind must be 'identity' or 'inequality', got {self.kind!r}")
+        for m in self.mutants:
+            if m.constant is None and m.part not in names:
+                raise ValueError(f"claim {self.id}: mutant {m.id} replaces identity {m.part!r}, which the claim does not "
+                                 f"have (its identities: {', '.join(map(repr, names))})")
+
     def part(self, name) -> Identity:
         """The identity called `name` (a mutant's `part`, a code-generation rewrite)."""
         for p in self.parts:

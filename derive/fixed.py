@@ -42,7 +42,7 @@ class RingBackend(AttentionModel):
     def mask_entry(self, i, j):
         return 1 if j.value <= i.value else 0
 
-    def delta(self, i, j):
+    def _delta(self, i, j):
         return 1 if i.value == j.value else 0
 
     def scalar(self, name):

@@ -128,7 +128,7 @@ class AttentionModel:
     def mask_entry(self, i, j):  # pragma: no cover - abstract
         raise NotImplementedError
 
-    def delta(self, i, j):  # pragma: no cover - abstract
+    def _delta(self, i, j):  # pragma: no cover - abstract
         raise NotImplementedError
 
     def _quantity(self, name, ix, compute):
@@ -180,8 +180,15 @@ class AttentionModel:
         Differentiating anything but the loss (a second derivative, a Jacobian) makes every path
         use the full cross-entropy loss."""
         self._check_variable(name, ix, "grad")
+        self._check_free_variable(name, "grad")
         self.usage.add("grad")
         return self._grad(f, name, tuple(ix))
+
+    def _check_free_variable(self, name, what):
+        """Derivatives are taken by the level's independent variables (or c, eta), never by M or a derived quantity."""
+        if name not in SCALARS and not self._is_free(name):
+            raise ShapeError(f"{self.context}: {what} by {name}: {name} is not a free variable at level "
+                             f"{self.setting.level}; free there: {', '.join(sorted(LEVELS[self.setting.level]))} (and c, eta)")
 
     def _check_variable(self, name, ix, what):
         if name in SCALARS:
@@ -212,7 +219,19 @@ class AttentionModel:
 
     def mask(self, i, j):
         """M_ij: 1 where position i may attend to j (free 0/1 symbol when masked)."""
+        self._same_range("mask", (i, j), "n")
         return self.mask_entry(i, j) if self.setting.masked else 1
+
+    def delta(self, i, j):
+        """Kronecker delta of two indices of the same range."""
+        self._same_range("delta", (i, j), self.dim_of(i))
+        return self._delta(i, j)
+
+    def _same_range(self, what, ix, want):
+        for i in ix:
+            if self.dim_of(i) != want:
+                raise ShapeError(f"{self.context}: {what}({', '.join(map(str, ix))}): index {i} ranges over "
+                                 f"{self.dim_of(i)}, not {want}")
 
     def _projected(self, name, weight, i, a):
         """q, k, v are leaves, or X W_Q, X W_K, X W_V at the parameter level."""
@@ -340,8 +359,6 @@ class AttentionModel:
     def derived_grad(self, name, *ix):
         """dL/d(name)[ix], differentiated by the backend from the loss: a free leaf, or "c" / "eta"."""
         self._check_variable(name, ix, "derived_grad")
-        if name not in SCALARS and not self._is_free(name):
-            raise ShapeError(f"{self.context}: {name} is not a free variable at level {self.setting.level}; "
-                             f"free there: {', '.join(sorted(LEVELS[self.setting.level]))}")
+        self._check_free_variable(name, "derived_grad")
         self.usage.add(f"derived:{name}")
         return self._grad(self._loss(), name, tuple(ix))

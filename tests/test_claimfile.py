@@ -30,6 +30,23 @@ CASES = {
     "range": (HEAD + claim("lambda m, j, a: m.sum('n', lambda i: m.alpha(i, j) * m.q(i, a))"), 4, "ranges over dv"),
     "level": (HEAD + 'register(Claim("Y1", "c", "x", "t", (Identity("main", ("n",), "logits", lambda m, i: 0, '
               'lambda m, i: 0, "x"),)))\n', 2, "unknown level"),
+    "float": (HEAD + claim("lambda m, j, a: m.dV(j, a) * (1 / 3) * 3"), 4, "is not exact"),
+    "leaked dummy": (HEAD + "box = []\n" + claim("lambda m, j, a: m.sum('n', lambda i: box.append(i) or 0) + m.v(box[-1], a)"),
+                     5, "does not declare"),
+    "mask across ranges": (HEAD + claim("lambda m, j, a: m.mask(j, a) * m.dV(j, a)"), 4, "not n"),
+    "delta across ranges": (HEAD + claim("lambda m, j, a: m.delta(j, a) * m.dV(j, a)"), 4, "ranges over dv, not n"),
+    "grad by the mask": (HEAD + claim('lambda m, j, a: m.dV(j, a) + m.grad(m.s(j, j), "M", j, j)'), 4,
+                         "M is not a free variable"),
+    "grad by a derived quantity": (HEAD + claim('lambda m, j, a: m.grad(m.loss(), "o", j, a)'), 4,
+                                   "o is not a free variable at level scores"),
+    "wrong arity of a primitive": (HEAD + claim('lambda m, j, a: m.sum("n")'), 4, "TypeError"),
+    "no identities": (HEAD + 'register(Claim("Y1", "c", "x", "t", ()))\n', 2, "non-empty tuple of Identity"),
+    "identity twice": (HEAD + 'i = Identity("main", ("n",), "scores", lambda m, i: 0, lambda m, i: 0, "x")\n'
+                       'register(Claim("Y1", "c", "x", "t", (i, i)))\n', 3, "used twice"),
+    "mutant of an unknown part": (HEAD + 'from derive.claims import Mutant\n'
+                                  'i = Identity("main", ("n",), "scores", lambda m, i: 0, lambda m, i: 0, "x")\n'
+                                  'register(Claim("Y1", "c", "x", "t", (i,), mutants=(Mutant("Y1-m", "Y1", "rows", "d", '
+                                  'closed=lambda m, i: 1),)))\n', 4, "which the claim does not have"),
 }
 
 

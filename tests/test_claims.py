@@ -45,12 +45,15 @@ def test_every_mutant_names_an_existing_part():
 
 def test_register_rejects_duplicates_and_misfiled_mutants():
     registry.claims()
+    part = Identity("main", ("n",), "scores", lambda m, i: 0, lambda m, i: 0, "x")
     with pytest.raises(ValueError, match="already registered"):
-        register(Claim("C1", "x", "x", "x", ()))
+        register(Claim("C1", "x", "x", "x", (part,)))
     bad = Mutant("Mx", "C2", "main", "x", lambda m: 0)
     with pytest.raises(ValueError, match="names claim C2"):
-        register(Claim("CX", "x", "x", "x", (), mutants=(bad,)))
+        register(Claim("CX", "x", "x", "x", (part,), mutants=(bad,)))
     assert "CX" not in registry.REGISTRY
+    with pytest.raises(ValueError, match="non-empty tuple"):
+        Claim("CY", "x", "x", "x", ())
 
 
 def test_load_extra_registers_a_claim(extra_claim_file):
