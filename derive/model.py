@@ -184,11 +184,15 @@ class AttentionModel:
         self.usage.add("grad")
         return self._grad(f, name, tuple(ix))
 
+    def variables(self):
+        """What a derivative may be taken by: the level's free quantities, the leaves every level's loss reads
+        (W_O, the targets Y), the free step Delta, and c, eta. Never the mask, nor a quantity the level derives."""
+        return sorted(LEVELS[self.setting.level] | {"WO", "Y", "Delta"}) + list(SCALARS)
+
     def _check_free_variable(self, name, what):
-        """Derivatives are taken by the level's independent variables (or c, eta), never by M or a derived quantity."""
-        if name not in SCALARS and not self._is_free(name):
+        if name not in self.variables():
             raise ShapeError(f"{self.context}: {what} by {name}: {name} is not a free variable at level "
-                             f"{self.setting.level}; free there: {', '.join(sorted(LEVELS[self.setting.level]))} (and c, eta)")
+                             f"{self.setting.level}; free there: {', '.join(self.variables())}")
 
     def _check_variable(self, name, ix, what):
         if name in SCALARS:
