@@ -24,7 +24,7 @@ class NumericProfile:
     fuzz_budget_s: float
 
 
-PROFILES = {"quick": NumericProfile("quick", 12, 2, "quick", 10, 5.0),
+PROFILES = {"quick": NumericProfile("quick", 12, 2, "quick", 6, 4.0),
             "default": NumericProfile("default", 40, 4, "default", 200, 8.0)}
 IDENTITY_SHAPES = [({"n": 4, "dk": 3, "dv": 2, "m": 3, "dx": 3}, (), "causal"),
                    ({"n": 5, "dk": 2, "dv": 3, "m": 2, "dx": 2}, (2,), "padding"),

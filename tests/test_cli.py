@@ -100,7 +100,7 @@ def test_codegen_and_numeric_stages(tmp_path):
     verdicts = {c["id"]: c["verdict"] for c in data["claims"]}
     assert verdicts["C1"] == "confirmed"
     fz = data["derive"]["fuzz"]
-    assert fz["claims"] >= 10 and fz["false_verdicts"] == [] and set(fz["paths"]) == {"general", "fixed", "rational"}
+    assert fz["claims"] >= 6 and fz["false_verdicts"] == [] and set(fz["paths"]) == {"general", "fixed", "rational"}
     assert any(c["id"] == "numeric/claim-fuzzer" and c["status"] == "pass" for c in data["checks"])
 
 
