@@ -2,6 +2,7 @@
 rejected numerically; benchmarks. Every check records its measured error and tolerance."""
 from __future__ import annotations
 
+import os
 import time
 import types
 from dataclasses import dataclass
@@ -25,7 +26,7 @@ class NumericProfile:
 
 
 PROFILES = {"quick": NumericProfile("quick", 12, 2, "quick", 6, 4.0),
-            "default": NumericProfile("default", 40, 4, "default", 200, 8.0)}
+            "default": NumericProfile("default", 40, 4, "default", 120, 8.0)}
 IDENTITY_SHAPES = [({"n": 4, "dk": 3, "dv": 2, "m": 3, "dx": 3}, (), "causal"),
                    ({"n": 5, "dk": 2, "dv": 3, "m": 2, "dx": 2}, (2,), "padding"),
                    ({"n": 3, "dk": 1, "dv": 1, "m": 2, "dx": 1}, (2, 3), "none"),
@@ -164,7 +165,8 @@ class NumericStage:
         from derive import fuzz
 
         t0 = time.perf_counter()
-        summary = fuzz.run(self.profile.fuzz_claims, self.seed, jobs=1, log=self.log, budget_s=self.profile.fuzz_budget_s)
+        jobs = 1 if self.profile.name == "quick" else (os.cpu_count() or 1)  # worker processes start in ~2 s each
+        summary = fuzz.run(self.profile.fuzz_claims, self.seed, jobs=jobs, log=self.log, budget_s=self.profile.fuzz_budget_s)
         summary.pop("rows", None)  # every claim's outcome: `python -m derive.fuzz --out FILE` keeps them
         self.results.derive["fuzz"] = summary
         wrong = summary["false_verdicts"]
