@@ -21,7 +21,7 @@ from dataclasses import dataclass, field
 
 from derive.fixed import RingBackend
 from derive.general import GeneralBackend
-from derive.model import DIMS, Setting, ShapeError
+from derive.model import Setting, ShapeError
 
 PATHS = ("general", "fixed", "rational")
 OUTCOMES = ("proved", "disproved", "undecided")
@@ -76,11 +76,6 @@ def _sides(identity, model, ix, derived, closed):
     return (derived or identity.derived)(model, *ix), (closed or identity.closed)(model, *ix)
 
 
-def distinct_sizes(rng, count):
-    """Small sizes, the five dimensions pairwise distinct and >= 2 (no claim passes by a size coincidence)."""
-    return [dict(zip(DIMS, rng.sample(range(2, 8), len(DIMS)))) for _ in range(count)]
-
-
 def _refute(identity, masked, context, sizes_list, seed, derived, closed, why):
     """disproved with a certified witness, or undecided with `why`."""
     from derive.witness import find_witness  # the interval evaluator loads only when a check fails
@@ -115,7 +110,10 @@ def general(identity, masked, context, seed=0, derived=None, closed=None):
     suffix = f" [{note}]" if note else ""
     if ok:
         return "proved", "normal form of derived - closed = 0" + suffix, [], None
-    sizes = distinct_sizes(random.Random(seed), 3)
+    from derive.rational import draw_sizes  # the rational path's draws: the five dimensions pairwise distinct
+
+    rng = random.Random(seed)
+    sizes = [draw_sizes(rng, distinct=True) for _ in range(3)]
     status, text, witness = _refute(identity, masked, context, sizes, seed, derived, closed,
                                     f"normal form not closed: {str(diff)[:160]}{suffix}")
     return status, text, [], witness
