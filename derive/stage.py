@@ -52,6 +52,11 @@ PROFILES = {
 }
 
 
+def settings(identity):
+    """Mask settings an identity is checked in: a claim about causal attention (its mask algebra) only masked."""
+    return (True,) if identity.mask_algebra == "causal" else (False, True)
+
+
 def slug(text):
     return re.sub(r"[^A-Za-z0-9]+", "-", text).strip("-")
 
@@ -130,7 +135,7 @@ class DeriveStage:
     def prove_claim(self, claim):
         for identity in claim.parts:
             for path in PATHS:
-                for masked in (False, True):
+                for masked in settings(identity):
                     self._prove(claim, identity, path, masked)
         if claim.kind == "inequality":
             self._inequality_checks(claim)

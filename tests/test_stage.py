@@ -93,3 +93,19 @@ def test_check_validation():
         r.add(Check("x", "derive", "proof", "C1", "pass", 0.0))
     with pytest.raises(ValueError, match="unknown verdict"):
         r.set_claim("C1", "probably", "")
+
+
+def test_a_causal_claim_is_checked_with_the_mask_only():
+    from derive.claims import Claim, Identity
+
+    claim = Claim("K1", "causal product", "x", "test", (Identity(
+        "main", ("n", "n"), "scores", lambda m, i, j: m.alpha(i, j) * m.alpha(j, i),
+        lambda m, i, j: m.delta(i, j) * m.alpha(i, i) * m.alpha(i, i), "x", mask_algebra="causal"),))
+    registry.register(claim)
+    try:
+        r = Results(environment={})
+        DeriveStage(r, PROFILES["quick"], seed=0, log=lambda *a: None, only_claims={"K1"}).run()
+    finally:
+        del registry.REGISTRY["K1"]
+    assert {c.setting for c in r.checks if c.claim == "K1"} == {"masked"}
+    assert r.claims["K1"]["verdict"] == "proved", r.claims["K1"]
