@@ -35,6 +35,10 @@ def parse_args(argv):
     p.add_argument("--claims", action="append", default=[], metavar="FILE",
                    help="extra claim file (Python calling derive.claims.register); repeatable")
     p.add_argument("--claim", default="", help="restrict the derive stage to these claim ids (comma-separated)")
+    p.add_argument("--typicality", action="store_true",
+                   help="experiments stage: also train the typicality study (both arms on 50 further seeds under the "
+                        "authors' random protocol and under ours; about 40 minutes on 2 CPU cores). Without it, the "
+                        "study's cached results in OUT/cache are reported when present")
     args = p.parse_args(argv)
     args.stages = [s.strip() for s in args.only.split(",") if s.strip()]
     unknown = [s for s in args.stages if s not in STAGES]
@@ -92,7 +96,8 @@ def run_stage(stage, results, args, profile, only_claims):
     elif stage == "experiments":
         from numeric.experiments.stage import ExperimentStage
 
-        ExperimentStage(results, profile.name, results.environment["device"], args.seed, args.out).run()
+        ExperimentStage(results, profile.name, results.environment["device"], args.seed, args.out,
+                        typicality=args.typicality).run()
     else:
         from reports.render import run_stage as report
 

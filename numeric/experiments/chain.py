@@ -68,6 +68,43 @@ def sample(P, mu, length, seeds, dtype=torch.float64):
     return x.to(dtype), y[:, 1:]
 
 
+def authors_transition_matrix(k=8, self_prob=0.3, off_mass=0.7):
+    """P in float32, built as the authors' script builds it: off-diagonal weights 1/circular distance,
+    the diagonal entry `self_prob` counted in the row sum that is scaled to `off_mass`, then `self_prob`
+    added on the diagonal. Equal to `transition_matrix` to float32 rounding (about 3e-8)."""
+    i = torch.arange(k)
+    dist = (i[:, None] - i[None, :]).abs()
+    dist = torch.minimum(dist, k - dist)
+    w = torch.where(dist > 0, 1.0 / dist.clamp(min=1).float(), torch.tensor(self_prob, dtype=torch.float32))
+    w = w / w.sum(1, keepdim=True) * off_mass
+    return w + self_prob * torch.eye(k, dtype=torch.float32)
+
+
+def authors_sequence(P32, mu32, length, seed):
+    """One seed's data exactly as the authors' script draws it from a CPU generator seeded with `seed`
+    (mu is drawn from its own seed and does not consume this stream): y_0 = one `randint(k, (1,))`, then
+    one `multinomial(P[y_{t-1}], 1)` per step, then one `randn(length - 1, dim)` of noise;
+    x_t = mu[y_{t-1}] + noise_t in float32. Returns x (length - 1, dim) float32 and targets y_1.. .
+
+    Only a torch CPU generator is used (never the global one, never a device's), so the draws do not
+    depend on the device a run trains on or on which other seeds are sampled with this one."""
+    g = torch.Generator().manual_seed(int(seed))
+    k = P32.shape[0]
+    y = [int(torch.randint(k, (1,), generator=g))]
+    for _ in range(1, length):
+        y.append(int(torch.multinomial(P32[y[-1]], 1, generator=g)))
+    noise = torch.randn(length - 1, mu32.shape[1], generator=g)
+    y = torch.tensor(y)
+    return mu32[y[:-1]] + noise, y[1:]
+
+
+def authors_weights(shapes, std, seed):
+    """The authors' initial weights: a CPU generator re-seeded with `seed` (after the data, so the data
+    draws do not shift them), then one float32 `randn(shape) * std` per shape, in order."""
+    g = torch.Generator().manual_seed(int(seed))
+    return [torch.randn(sh, generator=g) * std for sh in shapes]
+
+
 def bayes_predictive(P, mu, x):
     """Exact HMM filter: P(y_t | x_1..x_t) for every t, x (S, T, dim) -> (S, T, k), in float64.
 

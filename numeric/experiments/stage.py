@@ -18,11 +18,12 @@ import torch
 
 from derive import __version__
 from derive.results import Check
-from numeric.experiments import chain, dynamics, speed, sticky, windtunnel
+from numeric.experiments import chain, dynamics, replay, speed, sticky, typicality, windtunnel
 from numeric.experiments import stats as st
 from numeric.experiments.progress import Progress
 
 SWEEP_RATIOS = (1, 2, 5, 10, 20, 50)
+ARMS_RATIO = {arm: round(lrs[2] / lrs[0]) for arm, (lrs, _) in sticky.ARMS.items()}  # value / routing LR
 # The authors' sticky-chain figures (PAPER.md), written once: verdicts, results.json and the report read them.
 PAPER = {"sgd_final_loss": 2.03, "em_like_final_loss": 1.93, "speedup": 2.3, "speedup_reruns": [2.2, 2.3],
          "em_steps": 430, "steps": 1000, "h_min": 1.8292}
@@ -33,13 +34,21 @@ EXTRA_SEEDS = tuple(range(1, 16))  # with the paper's five: 20 seeds in the defa
 MU_DRAWS = (("torch-float32", 0), ("numpy-legacy", 0), ("torch-float64", 1), ("torch-float64", 2))
 
 
+TYPICALITY_SEEDS = tuple(range(1, 51))  # further seeds for the typicality study (not the paper's five)
+
+
 def profile_configs(name, device):
-    """Configs of every experiment in a profile. `main` runs the paper's two arms; `mstep` our C10 arm
-    (on the paper's seeds on CPU, on every seed on CUDA), compared with `main`'s SGD on its seeds."""
+    """Configs of every experiment in a profile. `main` runs the paper's two arms on our streams (fresh
+    seeds); `replay` the paper's seeds on the authors' streams; `mstep` our C10 arm (on the paper's seeds
+    on CPU, on every seed on CUDA), compared with `main`'s SGD on its seeds; `typicality` (opt-in) both
+    protocols on many further seeds."""
+    replay_cfg = sticky.StickyConfig(stream="authors", mu_rng="torch-float32", arms=("sgd", "em_like"), checkpoints=1)
     if name == "quick":
         main = sticky.StickyConfig(length=200, steps=150, seeds=(42, 2024, 1), arms=("sgd", "em_like"), blocks=4,
                                    checkpoints=6, tracked_rows=16)
         return {"main": main, "mstep": dataclasses.replace(main, arms=("em_mstep",)), "mu": _mu_draws(main),
+                "replay": dataclasses.replace(replay_cfg, steps=replay.QUICK_STEPS),
+                "typicality": typicality.configs(dataclasses.replace(main, length=100, steps=60), range(1, 7)),
                 "sweep": dataclasses.replace(main, seeds=(42, 2024)),
                 "exact": dataclasses.replace(main, steps=10, dtype="float64", checkpoints=1,
                                              arms=("sgd", "em_like", "em_mstep")),
@@ -47,7 +56,7 @@ def profile_configs(name, device):
                 "dynamics": dynamics.DynamicsConfig(instances=32, train_steps=150),
                 "tunnel": windtunnel.TunnelConfig(steps=200, batch=32, eval_batch=128, length=32)}
     main = sticky.StickyConfig(seeds=sticky.PAPER_SEEDS + EXTRA_SEEDS, arms=("sgd", "em_like"))
-    return {"main": main,
+    return {"main": main, "replay": replay_cfg, "typicality": typicality.configs(main, TYPICALITY_SEEDS),
             "mstep": dataclasses.replace(main, arms=("em_mstep",),
                                          seeds=main.seeds if device == "cuda" else sticky.PAPER_SEEDS),
             "mu": _mu_draws(dataclasses.replace(main, seeds=sticky.PAPER_SEEDS)),
@@ -81,18 +90,22 @@ class Cache:
 
 
 class ExperimentStage:
-    def __init__(self, results, profile, device, seed, out_dir, log=print):
+    def __init__(self, results, profile, device, seed, out_dir, log=print, typicality=False):
+        """`typicality`: also train the typicality study (otherwise its cached results are read if present)."""
         self.results, self.profile, self.device, self.seed, self.log = results, profile, device, seed, log
+        self.run_typicality = typicality
         self.cfgs = profile_configs(profile, device)
-        for key in ("main", "mstep", "sweep", "exact", "speed", "dynamics", "tunnel"):
+        for key in ("main", "mstep", "replay", "sweep", "exact", "speed", "dynamics", "tunnel"):
             self.cfgs[key].validate()
-        for cfg in self.cfgs["mu"]:
+        for cfg in (*self.cfgs["mu"], *self.cfgs["typicality"].values()):
             cfg.validate()
         self.cache = Cache(out_dir)
         self.data = results.experiments
 
     def run(self):
         torch.set_num_threads(min(2, os.cpu_count() or 1))
+        self.sticky_replay()
+        self.typicality()
         self.sticky_main()
         self.exactness()
         self.sweep()
@@ -121,6 +134,57 @@ class ExperimentStage:
         return self.cache.get_or_run(name, cfg, self.device, run, self.log)
 
     # -- E1-E4 -----------------------------------------------------------------------------------------
+    def sticky_replay(self):
+        """The paper's five seeds on the authors' streams, both arms, batched as the main run: per-seed
+        losses (and, for a full run, entropy, accuracy and the EM-like steps) against the authors' script."""
+        cfg = self.cfgs["replay"]
+        t0 = time.perf_counter()
+        out = self._train("sticky-replay", cfg)
+        run = out["run"]
+        L = run.losses.numpy()
+        full = cfg.steps == replay.AUTHORS_STEPS
+        ev = (self.cache.get_or_run("sticky-replay-eval", cfg, self.device,
+                                    lambda: sticky.evaluate(cfg, run.params, self.device), self.log) if full else None)
+        cmp = replay.compare(list(cfg.seeds), cfg.steps, L, *((ev["entropy"].tolist(), ev["accuracy"].tolist())
+                                                              if ev else ()))
+        data = {"seeds": list(cfg.seeds), "steps": cfg.steps, "length": cfg.length, "stream": cfg.stream,
+                "train_seconds": out["seconds"], **cmp}
+        if full:
+            sgd, em = L[cfg.arms.index("sgd")], L[cfg.arms.index("em_like")]
+            data.update(sgd_final_loss=float(sgd[:, -1].mean()), em_like_final_loss=float(em[:, -1].mean()),
+                        arms={a: {"final_loss_per_seed": L[i, :, -1].tolist(),
+                                  "final_entropy_per_seed": ev["entropy"][i].tolist(),
+                                  "accuracy_per_seed": ev["accuracy"][i].tolist(), "curve": _curve(run.losses[i])}
+                              for i, a in enumerate(cfg.arms)})
+        self.data["sticky_replay"] = data
+        self._check("experiments/sticky/replay", "E1", cmp["ok"], time.perf_counter() - t0,
+                    {"max_loss_error": cmp["max_loss_error"], "max_metric_error": cmp["max_metric_error"],
+                     **({"em_steps": cmp["em_steps"], "speedup": cmp["speedup"]} if "em_steps" in cmp else {})},
+                    {"loss_tolerance": replay.LOSS_TOL, "metric_tolerance": replay.METRIC_TOL, "reference": cmp["reference"],
+                     **({"em_steps": cmp["authors_em_steps"], "speedup": cmp["authors_speedup"]} if "em_steps" in cmp else {})},
+                    detail=f"the paper's seeds on the authors' random streams, {cfg.steps} steps, both arms batched")
+
+    def typicality(self):
+        """Both protocols on many further seeds (opt-in); the cached study is read whenever present."""
+        cfgs = self.cfgs["typicality"]
+        cached = all(self.cache.key(f"typicality-{p}", c, self.device).exists() for p, c in cfgs.items())
+        if not (self.run_typicality or cached):
+            return
+        t0 = time.perf_counter()
+        losses = {p: self._train(f"typicality-{p}", c)["run"].losses.numpy() for p, c in cfgs.items()}
+        ref = self.data.get("sticky_replay", {})
+        reference = {"sgd_final_loss": ref.get("sgd_final_loss", replay.authors_mean(0)),
+                     "em_like_final_loss": ref.get("em_like_final_loss", replay.authors_mean(1)),
+                     "speedup": ref.get("speedup", replay.authors_speedup())}
+        study = typicality.analyse(losses, cfgs["authors"].steps, reference, seed=self.seed)
+        study["seeds"] = list(cfgs["authors"].seeds)
+        self.data["typicality"] = study
+        finite = all(np.isfinite(L).all() for L in losses.values())
+        self._check("experiments/sticky/typicality", "E1", finite, time.perf_counter() - t0,
+                    {p: {"sgd": e["sgd"]["final_loss_mean"], "em_like": e["em_like"]["final_loss_mean"],
+                         "speedup": e["speedup"]} for p, e in study["protocols"].items()}, {"finite": True},
+                    detail=f"both protocols on {len(study['seeds'])} further seeds, the authors' mu")
+
     def sticky_main(self):
         t0 = time.perf_counter()
         parts = []  # (cfg, run, evaluation on the training sequences, on held-out ones, seconds)
@@ -131,6 +195,7 @@ class ExperimentStage:
                                               lambda c=cfg, r=run, h=heldout: sticky.evaluate(c, r.params, self.device, heldout=h),
                                               self.log) for kind, heldout in (("eval", False), ("heldout", True))]
             parts.append((cfg, run, ev, held, out["seconds"]))
+        self._main_losses = parts[0][1].losses.numpy()
         report = self._sticky_report(parts)
         t1 = time.perf_counter()
         mu = report["mu_draws"] = self._mu_draws(parts[0][0], parts[0][1])
@@ -281,7 +346,14 @@ class ExperimentStage:
         base = self.cfgs["sweep"]
         t0 = time.perf_counter()
         curves = []
+        main, main_losses = self.cfgs["main"], self._main_losses
+        rows = [main.seeds.index(s) for s in base.seeds]
+        # ratio 1 is the SGD arm and ratio 10 the EM-like arm: the main run has them on these seeds already
+        reuse = {1: main.arms.index("sgd"), ARMS_RATIO["em_like"]: main.arms.index("em_like")}
         for ratio in SWEEP_RATIOS:
+            if ratio in reuse and set(base.seeds) <= set(main.seeds) and base.steps == main.steps:
+                curves.append(main_losses[reuse[ratio]][rows])
+                continue
             cfg = dataclasses.replace(base, arms=("em_like",), value_lrs=(0.01 * ratio,))
             curves.append(self._train(f"lr-ratio-{ratio}", cfg)["run"].losses[0].numpy())  # (seeds, steps + 1)
         sgd = curves[0]

@@ -28,6 +28,11 @@ ARMS = {
     "em_mstep": ((0.01, 0.01, 0.1, 0.01), True),
 }
 PAPER_SEEDS = (42, 2024, 1337, 7777, 9999)
+# "ours": per seed, independent float64 streams for the chain, the noise and the weights
+# (chain.sample, seed_params). "authors": the draws of the authors' public script, seed for seed
+# (chain.authors_sequence, chain.authors_weights): float32, one CPU generator seeded with the seed for
+# the data and re-seeded with it for the weights, mu from "torch-float32" with mu_seed.
+STREAMS = ("ours", "authors")
 
 
 @dataclass(frozen=True)
@@ -47,6 +52,7 @@ class StickyConfig:
     off_mass: float = 0.7
     mu_seed: int = 0
     mu_rng: str = "torch-float64"  # how mu is drawn from mu_seed (chain.MU_RNGS)
+    stream: str = "ours"  # how each seed's data and initial weights are drawn (STREAMS)
     heldout_seed_offset: int = 1_000_003
     blocks: int = 16
     checkpoints: int = 11
@@ -73,6 +79,11 @@ class StickyConfig:
             raise ValueError(f"StickyConfig.mu_seed must be a non-negative integer, got {self.mu_seed!r}")
         if self.mu_rng not in chain.MU_RNGS:
             raise ValueError(f"StickyConfig.mu_rng must be one of {chain.MU_RNGS}, got {self.mu_rng!r}")
+        if self.stream not in STREAMS:
+            raise ValueError(f"StickyConfig.stream must be one of {STREAMS}, got {self.stream!r}")
+        if self.stream == "authors" and self.mu_rng != "torch-float32":
+            raise ValueError(f"StickyConfig.stream='authors' draws mu as the authors do (mu_rng='torch-float32'), "
+                             f"got mu_rng={self.mu_rng!r}")
         if self.dtype not in ("float32", "float64"):
             raise ValueError(f"StickyConfig.dtype must be float32 or float64, got {self.dtype}")
         return self
@@ -93,19 +104,30 @@ class Data:
 
 def make_data(cfg, device, seed_offset=0, seeds=None):
     """The sequences of `seeds` (default: all of cfg.seeds); each seed's sequence does not depend on
-    which other seeds are sampled with it."""
-    P = chain.transition_matrix(cfg.symbols, cfg.self_prob, cfg.off_mass)
+    which other seeds are sampled with it. Every draw is made on the CPU and then moved to `device`,
+    so a run on another device trains on the same data."""
     mu = chain.symbol_means(cfg.symbols, cfg.d_in, cfg.mu_seed, cfg.mu_rng)
-    x, y = chain.sample(P, mu, cfg.length, [s + seed_offset for s in (seeds or cfg.seeds)])
+    seeds = [s + seed_offset for s in (seeds or cfg.seeds)]
+    if cfg.stream == "authors":
+        P32 = chain.authors_transition_matrix(cfg.symbols, cfg.self_prob, cfg.off_mass)
+        P = P32.double()
+        pairs = [chain.authors_sequence(P32, mu.float(), cfg.length, s) for s in seeds]
+        x, y = torch.stack([p[0] for p in pairs]), torch.stack([p[1] for p in pairs])
+    else:
+        P = chain.transition_matrix(cfg.symbols, cfg.self_prob, cfg.off_mass)
+        x, y = chain.sample(P, mu, cfg.length, seeds)
     dt = cfg.torch_dtype
     onehot = torch.nn.functional.one_hot(y, cfg.symbols).to(dt)
     return Data(x[None].to(device, dt), y.to(device), onehot[None].to(device), P, mu)
 
 
 def seed_params(cfg, seed):
-    """W_Q, W_K, W_V, W_O ~ N(0, init_std^2) for one seed, in float64."""
-    g = torch.Generator().manual_seed(int(seed))
+    """W_Q, W_K, W_V, W_O ~ N(0, init_std^2) for one seed, returned in float64 (for the authors'
+    stream the float32 draws, exactly)."""
     shapes = ((cfg.d_in, cfg.d_k), (cfg.d_in, cfg.d_k), (cfg.d_in, cfg.d_v), (cfg.d_v, cfg.symbols))
+    if cfg.stream == "authors":
+        return [w.double() for w in chain.authors_weights(shapes, cfg.init_std, seed)]
+    g = torch.Generator().manual_seed(int(seed))
     return [torch.randn(sh, generator=g, dtype=torch.float64) * cfg.init_std for sh in shapes]
 
 
