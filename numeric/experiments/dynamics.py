@@ -52,7 +52,11 @@ def _u(q, k, v, w_o, y, mask):
 
 def advantage_sign_agreement(cfg):
     """E6: after one gradient step of size h, the fraction of allowed (i, j) with
-    sign(delta alpha_ij) == sign(-A_ij), for steps on the scores and on the queries/keys."""
+    sign(delta alpha_ij) == sign(-A_ij), for steps on the scores and on the queries/keys.
+
+    Controls, on the same live entries: `scores_control` and `queries_keys_control`, the fraction with
+    sign(delta alpha_ij) == sign(+A_ij) (the opposite prediction). With no zero changes the two
+    fractions sum to 1; a rule that passes the control is not testing the sign of A."""
     cfg.validate()
     g = torch.Generator().manual_seed(cfg.seed)
     q, k, v, w_o, y = _problem(cfg, g)
@@ -61,7 +65,8 @@ def advantage_sign_agreement(cfg):
     grads = attention_backward(q, k, v, u, mask=mask)
     alpha, A = grads.alpha, grads.A
     live = mask & (A.abs() > 1e-12 * A.abs().max())
-    rows = {"step_sizes": list(cfg.step_sizes), "scores": [], "queries_keys": []}
+    rows = {"step_sizes": list(cfg.step_sizes), "scores": [], "queries_keys": [], "scores_control": [],
+            "queries_keys_control": []}
     scale = cfg.d ** -0.5
     s = scale * q @ k.mT
     for h in cfg.step_sizes:
@@ -70,20 +75,46 @@ def advantage_sign_agreement(cfg):
         for key, new in (("scores", a_scores), ("queries_keys", a_params)):
             agree = (torch.sign(new - alpha) == torch.sign(-A)) & live
             rows[key].append(float(agree.sum() / live.sum()))
+            control = (torch.sign(new - alpha) == torch.sign(A)) & live
+            rows[f"{key}_control"].append(float(control.sum() / live.sum()))
     return rows
+
+
+def _derangements(instances, n, g):
+    """One permutation of range(n) with no fixed point per instance (Sattolo's algorithm: a uniformly
+    drawn n-cycle), (instances, n); drawn from `g` only."""
+    out = torch.empty(instances, n, dtype=torch.long)
+    for b in range(instances):
+        p = list(range(n))
+        for i in range(n - 1, 0, -1):
+            j = int(torch.randint(0, i, (1,), generator=g))
+            p[i], p[j] = p[j], p[i]
+        out[b] = torch.tensor(p)
+    return out
 
 
 def specialisation(cfg):
     """E7: train free values by SGD; track cos(v_j, m_j) with m_j = -sum_i alpha_ij u_i / N_j (the
     responsibility-weighted mean error signal of the queries routed to j) and the alignment of each
-    value update with m_j."""
+    value update with m_j.
+
+    `cos_update_signal` is 1 by construction: the value update -dV_j = sum_i alpha_ij (-u_i) is
+    N_j m_j, a positive multiple of the signal (an identity, a check of the code, not evidence).
+    `cos_value_signal` alone partly measures how persistent the gradient is (v is the sum of past
+    updates), so a control is tracked beside it: `cos_value_control` = cos(v_j, m_pi(j)) with pi a
+    fixed derangement of the key positions of each instance (the error signal routed to ANOTHER key,
+    drawn once from a generator of its own). Specialisation is the own cosine beating the control.
+    Per-instance means over keys at the first and last checkpoint (`*_initial_per_instance`,
+    `*_final_per_instance`) let a rule put an interval over instances on the rise and the margin."""
     cfg.validate()
     g = torch.Generator().manual_seed(cfg.seed + 1)
     q, k, v, w_o, y = _problem(cfg, g)
+    perm = _derangements(cfg.instances, cfg.n, torch.Generator().manual_seed(cfg.seed + 3))
     v = v * 0.1
     mask = torch.ones(cfg.n, cfg.n, dtype=torch.bool).tril()
     marks = {round(cfg.train_steps * c / (cfg.checkpoints - 1)) for c in range(cfg.checkpoints)}
-    out = {"steps": [], "cos_value_signal": [], "cos_update_signal": [], "loss": []}
+    out = {"steps": [], "cos_value_signal": [], "cos_value_control": [], "cos_update_signal": [], "loss": []}
+    per_instance = []  # (own, control) per checkpoint, each (instances,)
     for step in range(cfg.train_steps + 1):
         u = _u(q, k, v, w_o, y, mask)
         gr = attention_backward(q, k, v, u, mask=mask)
@@ -91,11 +122,20 @@ def specialisation(cfg):
         if step in marks:
             o = gr.alpha @ v
             loss = torch.nn.functional.cross_entropy((o @ w_o).flatten(0, 1), y.flatten())
+            own = torch.nn.functional.cosine_similarity(v, signal, dim=-1)  # (instances, n)
+            other = torch.nn.functional.cosine_similarity(v, signal.gather(-2, perm[..., None].expand_as(signal)), dim=-1)
+            per_instance.append((own.mean(-1), other.mean(-1)))
             out["steps"].append(step)
-            out["cos_value_signal"].append(float(torch.nn.functional.cosine_similarity(v, signal, dim=-1).mean()))
+            out["cos_value_signal"].append(float(own.mean()))
+            out["cos_value_control"].append(float(other.mean()))
             out["cos_update_signal"].append(float(torch.nn.functional.cosine_similarity(-gr.dV, signal, dim=-1).mean()))
             out["loss"].append(float(loss))
         q, k, v = q - cfg.lr * gr.dQ, k - cfg.lr * gr.dK, v - cfg.lr * gr.dV
+    (own0, other0), (own1, other1) = per_instance[0], per_instance[-1]
+    out.update({"cos_value_signal_initial_per_instance": own0.tolist(),
+                "cos_value_control_initial_per_instance": other0.tolist(),
+                "cos_value_signal_final_per_instance": own1.tolist(),
+                "cos_value_control_final_per_instance": other1.tolist()})
     return out
 
 

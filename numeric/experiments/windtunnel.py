@@ -16,9 +16,13 @@ import torch
 from scipy import stats
 
 from numeric.experiments import chain
+from numeric.experiments import stats as st
 from numeric.experiments.config import positive, positive_ints
 from numeric.module import GeneratedAttention
 
+
+# What `evaluate` returns, named in the cache key: a cached evaluation of another version is not reused.
+EVALUATION = "eval2"  # eval2: bootstrap intervals over evaluation sequences
 
 @dataclass(frozen=True)
 class TunnelConfig:
@@ -128,7 +132,25 @@ def evaluate(cfg, model):
     return {"within_symbol": within, "kl_bits": float(chain.kl_bits(bayes, p).mean()),
             "entropy_mae_bits": float((ent_model - ent_bayes).abs().mean()),
             "bayes_entropy_bits_mean": float(ent_bayes.mean()), "bayes_entropy_bits_std": float(ent_bayes.std()),
-            **pca}
+            **pca, **_intervals(o.numpy(), ent_bayes.numpy(), pca["spearman_pc1_entropy"], cfg)}
+
+
+BOOTSTRAP_RESAMPLES = 500  # a few seconds for the default evaluation (256 sequences x 47 positions)
+
+
+def _intervals(o, entropy, rho, cfg, resamples=BOOTSTRAP_RESAMPLES):
+    """95% percentile intervals over evaluation sequences (resampled whole, seeded) for PC1's explained
+    variance and Spearman(PC1, Bayes entropy). The interval for rho is stated in the sign of the point
+    estimate `rho` (PC1's sign is arbitrary: the replicates are oriented along one PC1, then the
+    interval is flipped if that PC1 points the other way from _pca's)."""
+    out = st.bootstrap_pc1_spearman(o, entropy, resamples=resamples, seed=cfg.seed + 7)
+    _, rho_boot, _ = st.pc1_spearman(o.reshape(-1, o.shape[-1]), entropy.reshape(-1))
+    if rho_boot * rho < 0:
+        lo, hi = out["spearman_pc1_entropy_ci95"]
+        out["spearman_pc1_entropy_ci95"] = [-hi, -lo]
+    return {"explained_variance_pc1_ci95": out["explained_variance_pc1_ci95"],
+            "spearman_pc1_entropy_ci95": out["spearman_pc1_entropy_ci95"],
+            "bootstrap": {"resamples": out["resamples"], "sequences": out["units"], "level": 0.95}}
 
 
 def _within_symbol(o, entropy, current, cfg):

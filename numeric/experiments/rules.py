@@ -1,0 +1,532 @@
+"""The verdicts of the empirical claims E1–E7 as pure functions of measurements.
+
+Every rule takes numbers (numpy arrays, lists, dicts of them) and returns a `Rule`: a verdict in
+VERDICTS, a reason naming the one branch that fired with its numbers, and the measurements it used.
+There is exactly one route to each verdict, tested in order not-reproduced, reproduced, partly (or as
+stated per rule); the thresholds are the module constants below, each with the reason for its value.
+No rule trains, touches torch state or reads files.
+
+Negative controls: for every claim there is an input on which its rule must say `not-reproduced`
+(identical arms, a uniform predictor, arms swapped, attention converging at the values' rate,
+features independent of the entropy, the opposite sign prediction, values that do not train).
+NEGATIVE_CONTROLS holds them on synthetic inputs; `negative_controls(measurements)` derives them from
+the measurements of a real run. A rule that does not say `not-reproduced` on its control is not able
+to tell the claim from its absence, whatever it says on the real run.
+"""
+from __future__ import annotations
+
+import math
+import warnings
+from dataclasses import dataclass, field
+
+import numpy as np
+
+from numeric.experiments import stats as st
+
+VERDICTS = ("reproduced", "partly-reproduced", "not-reproduced")
+
+
+@dataclass(frozen=True)
+class Rule:
+    verdict: str
+    reason: str
+    measured: dict = field(default_factory=dict)
+
+    def __post_init__(self):
+        if self.verdict not in VERDICTS:
+            raise ValueError(f"Rule.verdict must be one of {VERDICTS}, got {self.verdict!r}")
+
+
+def _f(x):
+    return float(x)
+
+
+def _ci(mean, half):
+    """[lo, hi] of a mean and its t half-width; a single observation gives [mean, mean]."""
+    half = 0.0 if not math.isfinite(half) else half
+    return [float(mean - half), float(mean + half)]
+
+
+# -- E1: speedup of EM-like over SGD ---------------------------------------------------------------------
+# Resamples of the seed bootstrap: the percentiles read at 0.1/99.9 (5 seeds, expanded) need ~2 replicates
+# beyond each end, so 2000 rather than the usual 1000.
+E1_RESAMPLES = 2000
+E1_LEVEL = 0.95
+
+
+def e1(sgd, em, steps, paper_speedup, seed=0, resamples=E1_RESAMPLES):
+    """E1: EM-like reaches SGD's final loss in fewer steps (paper: speedup `paper_speedup`).
+
+    sgd, em: (seeds, steps + 1) loss curves, row i of both arms from the same seed (same data and
+    initial weights). speedup = st.speedup (the authors' definition: steps / mean EM steps to the mean
+    final SGD loss). Identical arms do not score 1 under that definition (a seed whose curve ends above
+    the mean final loss never reaches it), so the rule compares with them: `baseline` =
+    speedup(sgd, sgd), and `excess_ci95` is the interval of speedup(sgd*, em*) - speedup(sgd*, sgd*)
+    over the same resampled seeds (like with like; exactly [0, 0] for identical arms). Intervals are
+    expanded percentile bootstraps over seeds (st.expanded_alpha), not too narrow at 5 seeds.
+
+    Verdict: not-reproduced if the excess interval's lower end <= 0 (no speedup beyond identical arms);
+    else reproduced if the paper's speedup lies in the speedup's interval; else partly-reproduced
+    (EM-like is faster, by a different factor)."""
+    sgd, em = np.asarray(sgd, float), np.asarray(em, float)
+    if sgd.ndim != 2 or sgd.shape != em.shape:
+        raise ValueError(f"e1: sgd and em must be (seeds, steps + 1) arrays of one shape, got {sgd.shape}, {em.shape}")
+    n = sgd.shape[0]
+    if n < 2:
+        raise ValueError(f"e1: an interval over seeds needs at least 2 seeds, got {n}")
+    s, threshold, hits = st.speedup(sgd, em, steps)
+    baseline = st.speedup(sgd, sgd, steps)[0]
+    s_em, s_sgd = st.speedup_resamples(sgd, em, steps, resamples, seed)
+    lo, hi = st.expanded_percentiles(s_em, n, E1_LEVEL)
+    xlo, xhi = st.expanded_percentiles(s_em - s_sgd, n, E1_LEVEL)
+    plain = [float(x) for x in np.percentile(s_em, [2.5, 97.5])]
+    measured = {"speedup": _f(s), "ci95": [lo, hi], "ci95_plain_percentile": plain, "baseline": _f(baseline),
+                "excess_over_baseline": _f(s - baseline), "excess_ci95": [xlo, xhi], "threshold": _f(threshold),
+                "steps_to_threshold": [int(h) for h in hits], "em_steps_mean": _f(np.mean(hits)), "n_seeds": n,
+                "steps": int(steps), "paper_speedup": _f(paper_speedup), "resamples": int(resamples),
+                "percentiles": [100 * st.expanded_alpha(n, E1_LEVEL) / 2, 100 * (1 - st.expanded_alpha(n, E1_LEVEL) / 2)]}
+    head = (f"speedup {s:.2f}x (95% expanded CI {lo:.2f}-{hi:.2f}, {n} seeds) vs identical arms {baseline:.2f}x; "
+            f"excess {s - baseline:+.2f} (CI {xlo:+.2f} to {xhi:+.2f}); EM steps to SGD's final loss {np.mean(hits):.0f}")
+    if not xlo > 0:
+        return Rule("not-reproduced", f"{head}: the excess interval reaches 0, EM-like is not faster than "
+                                      f"identical arms score", measured)
+    if lo <= paper_speedup <= hi:
+        return Rule("reproduced", f"{head}: the paper's {paper_speedup}x lies in the speedup interval", measured)
+    return Rule("partly-reproduced", f"{head}: EM-like is faster, but the paper's {paper_speedup}x lies outside "
+                                     f"the speedup interval", measured)
+
+
+# -- E2: predictive entropy reaches H_min ----------------------------------------------------------------
+# r = |H - H_min| / (ln m - H_min): the fraction of the uniform-to-H_min distance still to go, judged by
+# the upper end of its 95% t-interval over seeds (the mean with one seed). An arm is "at H_min" when at
+# most a fifth of the distance remains (E2_CLOSE), and "moved" when at least a fifth has been closed
+# (r <= E2_FAR). The absolute scale is unusable: ln 8 - H_min = 0.2503 nats is the largest possible gap.
+E2_CLOSE = 0.2
+E2_FAR = 0.8
+
+
+def e2(entropy_sgd, entropy_em, h_min, m):
+    """E2: the trained predictors' entropy approaches H_min (the chain's conditional entropy, nats).
+
+    entropy_sgd, entropy_em: per-seed mean predictive entropies (nats) of each arm; h_min < ln m.
+    Verdict: reproduced if every arm's r (upper 95% end) <= E2_CLOSE; else partly-reproduced if some
+    arm's r (upper end) <= E2_FAR; else not-reproduced."""
+    span = math.log(m) - h_min
+    if not span > 0:
+        raise ValueError(f"e2: H_min must lie below ln m = {math.log(m):.4f}, got {h_min}")
+    measured = {"h_min": _f(h_min), "ln_m": math.log(m), "span": span, "arms": {}}
+    upper = {}
+    for arm, ent in (("sgd", entropy_sgd), ("em_like", entropy_em)):
+        H = np.asarray(ent, float).ravel()
+        if H.size < 1:
+            raise ValueError(f"e2: no entropies for arm {arm}")
+        r_mean, r_half = st.mean_ci(np.abs(H - h_min) / span)
+        c_mean, c_half = st.mean_ci(1 - (H - h_min) / span)
+        r_ci = _ci(r_mean, r_half)
+        upper[arm] = r_ci[1]
+        measured["arms"][arm] = {"entropy": _f(H.mean()), "gap_signed": _f(np.mean(H - h_min)), "r": r_mean,
+                                 "r_ci95": r_ci, "fraction_closed": c_mean, "fraction_closed_ci95": _ci(c_mean, c_half),
+                                 "n_seeds": int(H.size)}
+    a = measured["arms"]
+    head = "; ".join(f"{arm}: H {a[arm]['entropy']:.3f} nats, gap {a[arm]['gap_signed']:+.3f}, "
+                     f"{100 * a[arm]['fraction_closed']:.0f}% of ln {m} -> H_min closed, r {a[arm]['r']:.2f} "
+                     f"(CI up to {upper[arm]:.2f})" for arm in a) + f" (H_min {h_min:.4f}, ln {m} - H_min {span:.4f})"
+    if all(u <= E2_CLOSE for u in upper.values()):
+        return Rule("reproduced", f"{head}: every arm within {E2_CLOSE} of the distance to H_min", measured)
+    close = [arm for arm, u in upper.items() if u <= E2_FAR]
+    if close:
+        return Rule("partly-reproduced", f"{head}: {', '.join(close)} closed at least {1 - E2_FAR:.0%} of the "
+                                         f"distance, not every arm is within {E2_CLOSE}", measured)
+    return Rule("not-reproduced", f"{head}: no arm closed {1 - E2_FAR:.0%} of the distance", measured)
+
+
+# -- E3: EM-like ends better than SGD ------------------------------------------------------------------
+# Each direction needs the right sign and a two-sided paired-t p below E3_P (a one-sided test at
+# E3_P / 2: conservative). Seeds are the pairs (same data and initial weights in both arms).
+E3_P = 0.05
+E3_METRICS = (("loss", -1), ("entropy", -1), ("accuracy", +1))  # EM-like's side: lower, lower, higher
+
+
+def e3(sgd, em):
+    """E3: EM-like ends at lower loss, lower entropy and higher accuracy than SGD.
+
+    sgd, em: mappings {"loss", "entropy", "accuracy"} -> per-seed values, seeds in the same order in
+    both. Verdict: reproduced if all three directions hold (paired t across seeds, p < E3_P); else
+    partly-reproduced if at least one holds; else not-reproduced (identical arms: t undefined, none holds)."""
+    measured, holds = {}, []
+    for metric, side in E3_METRICS:
+        a, b = np.asarray(sgd[metric], float), np.asarray(em[metric], float)
+        if a.shape != b.shape or a.size < 2:
+            raise ValueError(f"e3: {metric} needs the same >= 2 seeds in both arms, got {a.shape}, {b.shape}")
+        with np.errstate(all="ignore"), warnings.catch_warnings():  # identical arms: t undefined, by design
+            warnings.simplefilter("ignore", RuntimeWarning)
+            t, p = st.paired_t(b, a) if side > 0 else st.paired_t(a, b)  # t > 0: EM-like on its side
+        ok = bool(t > 0 and p < E3_P)
+        holds.append(ok)
+        measured[metric] = {"sgd": _f(a.mean()), "em_like": _f(b.mean()), "t": _f(t), "p": _f(p), "holds": ok}
+    measured["n_seeds"] = int(np.asarray(sgd["loss"]).size)
+    head = "; ".join(f"{k} EM-like {measured[k]['em_like']:.4f} vs SGD {measured[k]['sgd']:.4f} "
+                     f"(t {measured[k]['t']:.2f}, p {measured[k]['p']:.2g})" for k, _ in E3_METRICS)
+    which = [k for (k, _), ok in zip(E3_METRICS, holds) if ok]
+    if all(holds):
+        return Rule("reproduced", f"{head}: all three directions hold at p < {E3_P}", measured)
+    if which:
+        return Rule("partly-reproduced", f"{head}: only {', '.join(which)} holds at p < {E3_P}", measured)
+    return Rule("not-reproduced", f"{head}: no direction holds at p < {E3_P}", measured)
+
+
+# -- E4: frame early, precision late ---------------------------------------------------------------------
+# Stable: within E4_TOL of the initial distance to the final state (80% of the way there), for both
+# series on one kind of scale (a distance, linear in small changes: the JS distance for attention rows,
+# the relative Frobenius change for W_V).
+E4_TOL = 0.2
+
+
+def stable_step(steps, series, tol):
+    """The first step after which `series` stays within tol x its initial value (the last step if never)."""
+    first = series[0] if series[0] > 0 else 1.0
+    for s, i in zip(steps, range(len(series))):
+        if all(x <= tol * first for x in series[i:]):
+            return s
+    return steps[-1]
+
+
+def e4_inputs(frame_precision):
+    """The E4 rule's input from frame.frame_precision's output: the JS distance of attention rows and the
+    relative change of W_V, both to the final state."""
+    return {arm: {"steps": list(fp["steps"]), "attention": list(fp["alpha_jsd_to_final"]),
+                  "values": list(fp["values_rel_change_to_final"])} for arm, fp in frame_precision.items()}
+
+
+def e4(arms, tol=E4_TOL):
+    """E4: the attention frame stabilises before the values do.
+
+    arms: {arm: {"steps": checkpoints, "attention": distances, "values": distances}}, both distances to
+    the final state on the same kind of scale (e4_inputs). Each is normalised by its initial value.
+    Verdict: reproduced if attention is stable strictly earlier than the values in every arm; else
+    partly-reproduced if in some arm; else not-reproduced (a tie is not earlier)."""
+    measured, early = {"tol": tol, "arms": {}}, []
+    for arm, d in arms.items():
+        steps = list(d["steps"])
+        att, val = np.asarray(d["attention"], float), np.asarray(d["values"], float)
+        if not len(steps) == att.size == val.size or not steps:
+            raise ValueError(f"e4: arm {arm}: steps, attention and values must have one length")
+        na = att / att[0] if att[0] > 0 else att
+        nv = val / val[0] if val[0] > 0 else val
+        sa, sv = stable_step(steps, na.tolist(), tol), stable_step(steps, nv.tolist(), tol)
+        mid = len(steps) // 2
+        early.append(sa < sv)
+        measured["arms"][arm] = {"attention_stable_step": int(sa), "values_stable_step": int(sv),
+                                 "middle_step": int(steps[mid]), "attention_normalised_middle": _f(na[mid]),
+                                 "values_normalised_middle": _f(nv[mid]), "attention_earlier": bool(sa < sv)}
+    a = measured["arms"]
+    head = "; ".join(f"{arm}: attention stable at step {a[arm]['attention_stable_step']}, W_V at "
+                     f"{a[arm]['values_stable_step']} (at step {a[arm]['middle_step']}: "
+                     f"{a[arm]['attention_normalised_middle']:.2f} vs {a[arm]['values_normalised_middle']:.2f} of the "
+                     f"initial distance)" for arm in a) + f" (stable: within {tol:.0%} of the initial distance)"
+    if early and all(early):
+        return Rule("reproduced", f"{head}: attention stabilises first in every arm", measured)
+    if any(early):
+        return Rule("partly-reproduced", f"{head}: attention stabilises first in "
+                                         f"{', '.join(k for k, e in zip(a, early) if e)} only", measured)
+    return Rule("not-reproduced", f"{head}: attention stabilises first in no arm", measured)
+
+
+# -- E5: attention outputs organise along the Bayes entropy ----------------------------------------------
+# Paper I reports PC1 at 84-90% of the variance: E5_EV is just below its range. |Spearman| 0.5 is a
+# strong monotone association for thousands of points. Both are judged on the lower end of the 95%
+# bootstrap interval over evaluation sequences.
+E5_EV = 0.8
+E5_RHO = 0.5
+
+
+def _abs_lower(ci):
+    """The lower end of |rho| given an interval [lo, hi] of rho: 0 if it straddles 0."""
+    lo, hi = ci
+    return 0.0 if lo <= 0 <= hi else float(min(abs(lo), abs(hi)))
+
+
+def e5(arms):
+    """E5: PC1 of the attention outputs carries most of the variance and orders positions by the Bayes
+    posterior-predictive entropy. Every arm is judged.
+
+    arms: {arm: windtunnel.evaluate output} (uses explained_variance, explained_variance_pc1_ci95,
+    spearman_pc1_entropy, spearman_pc1_entropy_ci95, within_symbol.abs_spearman_pc1_entropy_mean).
+    Per arm: reproduced if the CI's lower end of PC1's explained variance >= E5_EV and of |Spearman|
+    >= E5_RHO; else partly-reproduced if the within-symbol mean |Spearman| >= E5_RHO (the current
+    symbol, a discrete factor, dominates the global PCA; within each symbol's cluster PC1 still orders
+    the positions by entropy, so the entropy axis exists locally but is not the leading global
+    direction); else not-reproduced. Claim: reproduced if every arm is; partly-reproduced if any arm is
+    reproduced or partly; else not-reproduced."""
+    if not arms:
+        raise ValueError("e5: no arms")
+    measured, per = {"arms": {}}, {}
+    for arm, ev in arms.items():
+        for key in ("explained_variance_pc1_ci95", "spearman_pc1_entropy_ci95"):
+            if key not in ev:
+                raise ValueError(f"e5: arm {arm} has no {key} (windtunnel.evaluate's bootstrap interval)")
+        ev_lo = float(ev["explained_variance_pc1_ci95"][0])
+        rho_lo = _abs_lower(ev["spearman_pc1_entropy_ci95"])
+        within = float(ev["within_symbol"]["abs_spearman_pc1_entropy_mean"])
+        if ev_lo >= E5_EV and rho_lo >= E5_RHO:
+            v = "reproduced"
+        elif within >= E5_RHO:
+            v = "partly-reproduced"
+        else:
+            v = "not-reproduced"
+        per[arm] = v
+        measured["arms"][arm] = {"verdict": v, "pc1_explained": _f(ev["explained_variance"][0]),
+                                 "pc1_explained_ci95": [float(x) for x in ev["explained_variance_pc1_ci95"]],
+                                 "spearman": _f(ev["spearman_pc1_entropy"]),
+                                 "spearman_ci95": [float(x) for x in ev["spearman_pc1_entropy_ci95"]],
+                                 "abs_spearman_lower": rho_lo, "within_symbol_abs_spearman": within}
+    a = measured["arms"]
+    head = "; ".join(f"{arm}: PC1 {100 * a[arm]['pc1_explained']:.0f}% (CI from {100 * a[arm]['pc1_explained_ci95'][0]:.0f}%), "
+                     f"Spearman {a[arm]['spearman']:.2f} (|rho| CI from {a[arm]['abs_spearman_lower']:.2f}), within "
+                     f"symbol |rho| {a[arm]['within_symbol_abs_spearman']:.2f} -> {per[arm]}" for arm in a)
+    if all(v == "reproduced" for v in per.values()):
+        return Rule("reproduced", f"{head}: every arm has PC1 >= {E5_EV:.0%} and |rho| >= {E5_RHO} "
+                                  f"(interval lower ends)", measured)
+    if any(v != "not-reproduced" for v in per.values()):
+        return Rule("partly-reproduced", f"{head}: not every arm reproduces; "
+                                         f"{', '.join(k for k, v in per.items() if v != 'not-reproduced')} "
+                                         f"at least partly (globally, or within symbol)", measured)
+    return Rule("not-reproduced", f"{head}: no arm, neither globally nor within symbol", measured)
+
+
+# -- E6: the advantage predicts the routing change -------------------------------------------------------
+# The sign of -A predicts sign(delta alpha) for (nearly) every entry: E6_ALL allows 1 in 100 exceptions
+# (entries with tiny |A| flip through the row's baseline). E6_MOST is halfway between chance (0.5) and 1.
+E6_ALL = 0.99
+E6_MOST = 0.75
+
+
+def e6(agreement, control_agreement):
+    """E6: sign(delta alpha_ij) = sign(-A_ij) after a small score step.
+
+    agreement: the fraction of live entries that agree at the smallest step size
+    (dynamics.advantage_sign_agreement "scores"[0]); control_agreement: the same for the opposite
+    prediction sign(+A) ("scores_control"[0]), reported beside. Verdict: reproduced if agreement >=
+    E6_ALL; else partly-reproduced if >= E6_MOST; else not-reproduced."""
+    a, c = float(agreement), float(control_agreement)
+    measured = {"agreement": a, "control_agreement": c}
+    head = f"sign(delta alpha) = sign(-A) for {100 * a:.1f}% of live entries (control sign(+A): {100 * c:.1f}%)"
+    if a >= E6_ALL:
+        return Rule("reproduced", f"{head}: at least {E6_ALL:.0%}", measured)
+    if a >= E6_MOST:
+        return Rule("partly-reproduced", f"{head}: at least {E6_MOST:.0%}, below {E6_ALL:.0%}", measured)
+    return Rule("not-reproduced", f"{head}: below {E6_MOST:.0%}", measured)
+
+
+# -- E7: values specialise toward the errors routed to them ---------------------------------------------
+# A rise of 0.3 in mean cosine is far beyond initialisation noise (the initial cosine is ~0 +- 0.1);
+# ending above 0.5 means the values point mostly along their own error signal.
+E7_RISE = 0.3
+E7_FINAL = 0.5
+
+
+def e7(spec):
+    """E7: cos(v_j, m_j) rises during training and beats the control cos(v_j, m_pi(j)) (another key's
+    signal), dynamics.specialisation's output.
+
+    Uses cos_value_signal_{initial,final}_per_instance and cos_value_control_final_per_instance
+    (means over keys per instance); intervals are 95% t-intervals over instances. The margin is own
+    minus control at the end. Verdict: reproduced if the own cosine rises by > E7_RISE, ends > E7_FINAL
+    and the margin's interval lies above 0; else partly-reproduced if it rises by > E7_RISE (but does
+    not end high or does not beat the control); else not-reproduced."""
+    own0 = np.asarray(spec["cos_value_signal_initial_per_instance"], float)
+    own1 = np.asarray(spec["cos_value_signal_final_per_instance"], float)
+    ctl1 = np.asarray(spec["cos_value_control_final_per_instance"], float)
+    ctl0 = np.asarray(spec.get("cos_value_control_initial_per_instance", np.full_like(ctl1, np.nan)), float)
+    rise, rise_half = st.mean_ci(own1 - own0)
+    margin, margin_half = st.mean_ci(own1 - ctl1)
+    final = float(own1.mean())
+    margin_ci = _ci(margin, margin_half)
+    measured = {"own_initial": _f(own0.mean()), "own_final": final, "control_initial": _f(ctl0.mean()),
+                "control_final": _f(ctl1.mean()), "rise": rise, "rise_ci95": _ci(rise, rise_half),
+                "margin": margin, "margin_ci95": margin_ci, "instances": int(own1.size)}
+    if "steps" in spec:
+        measured["steps"] = int(spec["steps"][-1])
+    head = (f"cos(v_j, own signal) {measured['own_initial']:.2f} -> {final:.2f} (rise {rise:+.2f}), control "
+            f"cos(v_j, another key's signal) ends {measured['control_final']:.2f}, margin {margin:+.2f} "
+            f"(CI {margin_ci[0]:+.2f} to {margin_ci[1]:+.2f}, {own1.size} instances)")
+    if rise > E7_RISE and final > E7_FINAL and margin_ci[0] > 0:
+        return Rule("reproduced", f"{head}: rises by > {E7_RISE}, ends > {E7_FINAL} and beats the control", measured)
+    if rise > E7_RISE:
+        failed = [w for w, ok in ((f"does not end > {E7_FINAL}", final > E7_FINAL),
+                                  ("does not beat the control", margin_ci[0] > 0)) if not ok]
+        return Rule("partly-reproduced", f"{head}: rises by > {E7_RISE} but {' and '.join(failed)}", measured)
+    return Rule("not-reproduced", f"{head}: does not rise by > {E7_RISE}", measured)
+
+
+# -- negative controls ----------------------------------------------------------------------------------
+def tunnel_evaluation(points, entropy, current, resamples=200, seed=0):
+    """An E5 input computed from raw arrays with windtunnel.evaluate's definitions (numpy only): points
+    (B, L, d) attention outputs, entropy (B, L), current (B, L) symbol at each position."""
+    P, E, C = np.asarray(points, float), np.asarray(entropy, float), np.asarray(current)
+    d = P.shape[-1]
+    ratios, rho, _ = st.pc1_spearman(P.reshape(-1, d), E.reshape(-1))
+    boot = st.bootstrap_pc1_spearman(P, E, resamples=resamples, seed=seed)  # oriented as `rho`'s PC1
+    pc1, rhos = [], []
+    flatP, flatE, flatC = P.reshape(-1, d), E.reshape(-1), C.reshape(-1)
+    for r in np.unique(flatC):
+        sel = flatC == r
+        if sel.sum() < 10:
+            continue
+        rr, s, _ = st.pc1_spearman(flatP[sel], flatE[sel])
+        pc1.append(rr[0])
+        rhos.append(abs(s))
+    return {"explained_variance": [float(x) for x in ratios[:3]], "spearman_pc1_entropy": rho,
+            "explained_variance_pc1_ci95": boot["explained_variance_pc1_ci95"],
+            "spearman_pc1_entropy_ci95": boot["spearman_pc1_entropy_ci95"],
+            "within_symbol": {"pc1_explained_mean": float(np.mean(pc1)),
+                              "abs_spearman_pc1_entropy_mean": float(np.mean(rhos)), "symbols": len(pc1)}}
+
+
+def _paired_curves(seeds, steps, tau_sgd, tau_em, rng, start=2.0794415416798357):  # ln 8
+    """Loss curves of two arms on the same seeds: each seed's floor (its data) shared by both arms,
+    the EM-like arm approaching it faster."""
+    t = np.arange(steps + 1)
+    floor = 1.9 + 0.02 * rng.standard_normal((seeds, 1))
+    noise = lambda: 0.001 * rng.standard_normal((seeds, steps + 1))  # noqa: E731
+    return (floor + (start - floor) * np.exp(-t / tau_sgd)[None] + noise(),
+            floor + (start - floor) * np.exp(-t / tau_em)[None] + noise())
+
+
+def synthetic_measurements(seed=0):
+    """Inputs on which every rule says `reproduced` (keyed by claim, each the keyword arguments of its
+    rule): small, seeded, for tests and for the synthetic negative controls built from them."""
+    rng = np.random.default_rng(seed)
+    steps, n = 100, 8
+    # EM-like's curve reaches SGD's final loss near step 46 of 100: speedup ~2.2 (identical arms ~1.09)
+    sgd, em = _paired_curves(n, steps, 40.0, 15.0, rng)
+    h_min, m = 1.8292, 8
+    loss = 2.0 + 0.01 * rng.standard_normal(n)
+    ent = 1.95 + 0.01 * rng.standard_normal(n)
+    acc = 0.33 + 0.005 * rng.standard_normal(n)
+    t = np.linspace(0, 1000, 11)
+    B, L, d = 48, 20, 6
+    H = rng.uniform(0.5, 2.0, (B, L))
+    pts = H[..., None] * np.eye(d)[0] + 0.05 * rng.standard_normal((B, L, d))
+    cur = rng.integers(0, 4, (B, L))
+    tunnel = tunnel_evaluation(pts, H, cur, seed=seed)
+    inst = 16
+    own0, ctl0 = 0.05 * rng.standard_normal(inst), 0.05 * rng.standard_normal(inst)
+    own1, ctl1 = 0.85 + 0.03 * rng.standard_normal(inst), 0.06 + 0.03 * rng.standard_normal(inst)
+    return {
+        "E1": {"sgd": sgd, "em": em, "steps": steps, "paper_speedup": 2.3},
+        "E2": {"entropy_sgd": h_min + 0.02 + 0.005 * rng.standard_normal(n),
+               "entropy_em": h_min + 0.01 + 0.005 * rng.standard_normal(n), "h_min": h_min, "m": m},
+        "E3": {"sgd": {"loss": loss, "entropy": ent, "accuracy": acc},
+               "em": {"loss": loss - 0.08 + 0.005 * rng.standard_normal(n), "entropy": ent - 0.06 + 0.005 * rng.standard_normal(n),
+                      "accuracy": acc + 0.02 + 0.003 * rng.standard_normal(n)}},
+        "E4": {"arms": {a: {"steps": t.astype(int).tolist(), "attention": np.exp(-t / 100).tolist(),
+                            "values": np.exp(-t / tv).tolist()} for a, tv in (("sgd", 400.0), ("em_like", 300.0))}},
+        "E5": {"arms": {"sgd": tunnel, "em_like": tunnel}},
+        "E6": {"agreement": 0.995, "control_agreement": 0.005},
+        "E7": {"spec": {"steps": [0, 300], "cos_value_signal": [float(own0.mean()), float(own1.mean())],
+                        "cos_value_control": [float(ctl0.mean()), float(ctl1.mean())],
+                        "cos_value_signal_initial_per_instance": own0.tolist(),
+                        "cos_value_control_initial_per_instance": ctl0.tolist(),
+                        "cos_value_signal_final_per_instance": own1.tolist(),
+                        "cos_value_control_final_per_instance": ctl1.tolist()}},
+    }
+
+
+def random_tunnel_evaluation(seed=0, sequences=64, length=24, dim=8, symbols=4):
+    """E5's control input: isotropic random attention outputs, independent of a random entropy."""
+    rng = np.random.default_rng(seed)
+    return tunnel_evaluation(rng.standard_normal((sequences, length, dim)), rng.uniform(0.5, 2.0, (sequences, length)),
+                             rng.integers(0, symbols, (sequences, length)), seed=seed)
+
+
+def _frozen(spec):
+    """What training with a value learning rate of 0 would measure: nothing moves, every checkpoint
+    repeats the first."""
+    out = dict(spec)
+    out["cos_value_signal_final_per_instance"] = list(spec["cos_value_signal_initial_per_instance"])
+    if "cos_value_control_initial_per_instance" in spec:
+        out["cos_value_control_final_per_instance"] = list(spec["cos_value_control_initial_per_instance"])
+    for key in ("cos_value_signal", "cos_value_control"):
+        if key in spec:
+            out[key] = [spec[key][0]] * len(spec[key])
+    return out
+
+
+def _swapped(spec):
+    """The control cosine as 'own' and the own cosine as the control."""
+    out = dict(spec)
+    for a, b in (("cos_value_signal", "cos_value_control"),
+                 ("cos_value_signal_initial_per_instance", "cos_value_control_initial_per_instance"),
+                 ("cos_value_signal_final_per_instance", "cos_value_control_final_per_instance")):
+        if a in spec and b in spec:
+            out[a], out[b] = spec[b], spec[a]
+    return out
+
+
+# control id -> (claim, how it is derived from the claim's measurements, the rule on it)
+_CONTROLS = {
+    # identical arms: the speedup is the baseline in every resample (excess exactly 0)
+    "E1/sgd-vs-itself": ("E1", lambda k: e1(k["sgd"], k["sgd"], k["steps"], k["paper_speedup"], **_seed(k))),
+    # a uniform predictor on every seed: entropy ln m, none of the distance to H_min closed
+    "E2/uniform-predictor": ("E2", lambda k: e2(np.full(np.size(k["entropy_sgd"]), math.log(k["m"])),
+                                                np.full(np.size(k["entropy_em"]), math.log(k["m"])), k["h_min"], k["m"])),
+    # SGD in EM-like's place and back: every direction reversed
+    "E3/swapped": ("E3", lambda k: e3(k["em"], k["sgd"])),
+    # SGD against itself: no difference at all
+    "E3/identical": ("E3", lambda k: e3(k["sgd"], k["sgd"])),
+    # attention converging at the values' rate (its series replaced by the values' own)
+    "E4/attention-at-values-rate": ("E4", lambda k: e4({a: {**d, "attention": list(d["values"])}
+                                                        for a, d in k["arms"].items()}, **_tol(k))),
+    # attention outputs independent of the entropy (seeded random points; a summary cannot be decoupled)
+    "E5/independent-features": ("E5", lambda k: e5({a: random_tunnel_evaluation(seed=i)
+                                                    for i, a in enumerate(k["arms"])})),
+    # the opposite prediction, sign(+A), judged as if it were the claim's
+    "E6/plus-A": ("E6", lambda k: e6(k["control_agreement"], k["agreement"])),
+    # values that do not train (a learning rate of 0): every checkpoint is the first
+    "E7/frozen-values": ("E7", lambda k: e7(_frozen(k["spec"]))),
+    # another key's error signal judged as the value's own
+    "E7/control-as-own": ("E7", lambda k: e7(_swapped(k["spec"]))),
+}
+
+
+def _seed(k):
+    return {"seed": k["seed"]} if "seed" in k else {}
+
+
+def _tol(k):
+    return {"tol": k["tol"]} if "tol" in k else {}
+
+
+def negative_controls(measurements):
+    """{control id: Rule} for every control whose claim is in `measurements`; each must be
+    `not-reproduced`. measurements: {claim: keyword arguments of its rule}, e.g.
+    {"E1": {"sgd", "em", "steps", "paper_speedup"}, "E2": {"entropy_sgd", "entropy_em", "h_min", "m"},
+     "E3": {"sgd", "em"}, "E4": {"arms"}, "E5": {"arms"}, "E6": {"agreement", "control_agreement"},
+     "E7": {"spec"}}. Derived from the run's own numbers: E1 its SGD curves against themselves; E2 a
+    uniform predictor with its seed count, H_min and m; E3 its arms swapped, and SGD against itself; E4
+    each arm's attention series replaced by its W_V series; E6 the +A agreement judged as the claim's;
+    E7 its initial cosines held to the end (frozen values), and its control judged as the own cosine.
+    E5 cannot be decoupled from a summary: seeded random features stand in, one evaluation per arm."""
+    return {cid: fn(measurements[claim]) for cid, (claim, fn) in _CONTROLS.items() if claim in measurements}
+
+
+def _synthetic(cid):
+    claim, fn = _CONTROLS[cid]
+    return lambda: fn(synthetic_measurements()[claim])
+
+
+# control id -> a callable returning the rule's Rule on the control derived from synthetic_measurements()
+# (on which every rule says reproduced); the claim is the id's part before "/".
+NEGATIVE_CONTROLS = {cid: _synthetic(cid) for cid in _CONTROLS}
+
+
+def evaluate_all(measurements):
+    """{claim: Rule} for every claim present in `measurements` (keyed as in negative_controls)."""
+    rules = {"E1": e1, "E2": e2, "E3": e3, "E4": e4, "E5": e5, "E6": e6, "E7": e7}
+    return {claim: rules[claim](**kw) for claim, kw in measurements.items() if claim in rules}
+
+
+__all__ = ["Rule", "VERDICTS", "e1", "e2", "e3", "e4", "e4_inputs", "e5", "e6", "e7", "stable_step",
+           "negative_controls", "NEGATIVE_CONTROLS", "synthetic_measurements", "tunnel_evaluation",
+           "random_tunnel_evaluation", "evaluate_all"]

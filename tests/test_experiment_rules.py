@@ -1,0 +1,256 @@
+"""The E1–E7 verdict rules: each verdict reachable, every negative control not-reproduced, the
+expanded bootstrap, and the controls and intervals the measurements now carry."""
+from __future__ import annotations
+
+import copy
+import dataclasses
+import math
+
+import numpy as np
+import pytest
+import torch
+
+from numeric.experiments import dynamics, frame, rules, sticky, windtunnel
+from numeric.experiments import stats as st
+
+
+@pytest.fixture(scope="module")
+def synth():
+    return rules.synthetic_measurements()
+
+
+def test_rule_is_frozen_and_checks_its_verdict():
+    r = rules.Rule("reproduced", "why", {"x": 1.0})
+    with pytest.raises(dataclasses.FrozenInstanceError):
+        r.verdict = "not-reproduced"
+    with pytest.raises(ValueError, match="Rule.verdict"):
+        rules.Rule("reproduced-ish", "why")
+
+
+def test_every_rule_reproduces_on_its_synthetic_input(synth):
+    for claim, rule in rules.evaluate_all(synth).items():
+        assert rule.verdict == "reproduced", (claim, rule.reason)
+    assert set(rules.evaluate_all(synth)) == {f"E{i}" for i in range(1, 8)}
+
+
+# -- E1 --------------------------------------------------------------------------------------------------
+def test_e1_three_verdicts(synth):
+    k = synth["E1"]
+    good = rules.e1(**k)
+    m = good.measured
+    assert good.verdict == "reproduced" and "lies in the speedup interval" in good.reason
+    assert m["ci95"][0] <= 2.3 <= m["ci95"][1] and m["baseline"] > 1.0  # identical arms do not score 1
+    assert m["n_seeds"] == 8 and len(m["steps_to_threshold"]) == 8 and m["em_steps_mean"] == np.mean(m["steps_to_threshold"])
+    assert m["speedup"] == pytest.approx(st.speedup(k["sgd"], k["em"], k["steps"])[0])
+    far = rules.e1(k["sgd"], k["em"], k["steps"], paper_speedup=6.0)
+    assert far.verdict == "partly-reproduced" and "outside" in far.reason
+    slower = rules.e1(k["em"], k["sgd"], k["steps"], 2.3)  # SGD in EM-like's place
+    assert slower.verdict == "not-reproduced" and "reaches 0" in slower.reason
+    with pytest.raises(ValueError, match="at least 2 seeds"):
+        rules.e1(k["sgd"][:1], k["em"][:1], k["steps"], 2.3)
+
+
+def test_e1_identical_arms_excess_is_exactly_zero(synth):
+    k = synth["E1"]
+    r = rules.e1(k["sgd"], k["sgd"], k["steps"], 2.3)
+    assert r.verdict == "not-reproduced"
+    assert r.measured["excess_ci95"] == [0.0, 0.0] and r.measured["speedup"] == r.measured["baseline"]
+
+
+# -- expanded bootstrap -----------------------------------------------------------------------------------
+def test_expanded_alpha_small_and_large_n():
+    assert st.expanded_alpha(5) / 2 == pytest.approx(0.00095, abs=2e-5)  # percentiles 0.1 / 99.9 at n = 5
+    values = [st.expanded_alpha(n) for n in (3, 5, 20, 200, 5000)]
+    assert all(a < b for a, b in zip(values, values[1:])) and values[-1] == pytest.approx(0.05, abs=3e-4)
+    assert math.isnan(st.expanded_alpha(1))
+
+
+def _pair(n, seed):
+    return rules._paired_curves(n, 60, 30.0, 12.0, np.random.default_rng(seed))
+
+
+def test_expanded_bootstrap_wider_at_5_seeds_equal_at_many():
+    sgd, em = _pair(5, 3)
+    plain = st.bootstrap_speedup(sgd, em, 60, seed=1)
+    s_em, _ = st.speedup_resamples(sgd, em, 60, seed=1)  # the same draws, vectorised
+    assert [float(x) for x in np.percentile(s_em, [2.5, 97.5])] == pytest.approx(list(plain), rel=1e-12)
+    lo, hi = st.bootstrap_speedup_expanded(sgd, em, 60, seed=1)
+    assert lo <= plain[0] and hi >= plain[1] and hi - lo > 1.1 * (plain[1] - plain[0])
+    sgd, em = _pair(300, 4)
+    s_em, _ = st.speedup_resamples(sgd, em, 60, seed=1)
+    p_lo, p_hi = np.percentile(s_em, [2.5, 97.5])
+    lo, hi = st.bootstrap_speedup_expanded(sgd, em, 60, seed=1)
+    assert (hi - lo) == pytest.approx(p_hi - p_lo, rel=0.03)
+
+
+# -- E2 --------------------------------------------------------------------------------------------------
+def test_e2_three_verdicts_and_scale(synth):
+    k = synth["E2"]
+    h, m = k["h_min"], k["m"]
+    span = math.log(m) - h
+    assert rules.e2(**k).verdict == "reproduced"
+    rng = np.random.default_rng(0)
+    sgd = h + 0.95 * span + 0.002 * rng.standard_normal(5)  # closes ~5% (the real SGD arm)
+    em = h + 0.65 * span + 0.002 * rng.standard_normal(5)  # closes ~35%
+    partly = rules.e2(sgd, em, h, m)
+    assert partly.verdict == "partly-reproduced" and "em_like closed" in partly.reason
+    assert partly.measured["arms"]["em_like"]["fraction_closed"] == pytest.approx(0.35, abs=0.01)
+    assert rules.e2(sgd, sgd, h, m).verdict == "not-reproduced"
+    below = rules.e2(np.full(4, h - 0.5 * span), np.full(4, h - 0.5 * span), h, m)  # overconfident: |gap| counts
+    assert below.verdict == "partly-reproduced" and below.measured["arms"]["sgd"]["gap_signed"] < 0
+    with pytest.raises(ValueError, match="below ln m"):
+        rules.e2(sgd, em, math.log(m), m)
+
+
+# -- E3 --------------------------------------------------------------------------------------------------
+def test_e3_three_verdicts(synth):
+    k = synth["E3"]
+    assert rules.e3(**k).verdict == "reproduced"
+    em = copy.deepcopy(k["em"])
+    rng = np.random.default_rng(1)
+    em["entropy"] = np.asarray(k["sgd"]["entropy"]) + 0.01 * rng.standard_normal(8)
+    em["accuracy"] = np.asarray(k["sgd"]["accuracy"]) - 0.02
+    partly = rules.e3(k["sgd"], em)
+    assert partly.verdict == "partly-reproduced" and "only loss" in partly.reason
+    assert rules.e3(k["sgd"], k["sgd"]).verdict == "not-reproduced"
+    assert rules.e3(k["em"], k["sgd"]).verdict == "not-reproduced"
+
+
+# -- E4 --------------------------------------------------------------------------------------------------
+def test_e4_three_verdicts_and_stable_step(synth):
+    arms = synth["E4"]["arms"]
+    assert rules.e4(arms).verdict == "reproduced"
+    tie = {**arms, "em_like": {**arms["em_like"], "attention": arms["em_like"]["values"]}}
+    partly = rules.e4(tie)
+    assert partly.verdict == "partly-reproduced" and "in sgd only" in partly.reason
+    late = {a: {**d, "attention": d["values"], "values": d["attention"]} for a, d in arms.items()}
+    assert rules.e4(late).verdict == "not-reproduced"
+    assert frame._stable is rules.stable_step
+    assert rules.stable_step([0, 1, 2, 3], [1.0, 0.1, 0.3, 0.0], 0.2) == 3
+    assert rules.stable_step([0, 1, 2, 3], [2.0, 0.3, 0.4, 0.0], 0.2) == 1
+    mid = rules.e4(arms).measured["arms"]["sgd"]
+    assert mid["middle_step"] == 500 and mid["attention_normalised_middle"] == pytest.approx(math.exp(-5))
+
+
+# -- E5 --------------------------------------------------------------------------------------------------
+def _tunnel(ev_lo, rho_ci, within):
+    return {"explained_variance": [ev_lo + 0.02, 0.05, 0.01], "explained_variance_pc1_ci95": [ev_lo, ev_lo + 0.04],
+            "spearman_pc1_entropy": sum(rho_ci) / 2, "spearman_pc1_entropy_ci95": list(rho_ci),
+            "within_symbol": {"abs_spearman_pc1_entropy_mean": within, "pc1_explained_mean": 0.5, "symbols": 5}}
+
+
+def test_e5_judges_every_arm():
+    good, local, none = _tunnel(0.85, (-0.9, -0.7), 0.8), _tunnel(0.3, (-0.1, 0.2), 0.6), _tunnel(0.3, (-0.1, 0.2), 0.1)
+    assert rules.e5({"sgd": good, "em_like": good}).verdict == "reproduced"
+    r = rules.e5({"sgd": good, "em_like": none})
+    assert r.verdict == "partly-reproduced" and r.measured["arms"]["em_like"]["verdict"] == "not-reproduced"
+    r = rules.e5({"sgd": local, "em_like": none})
+    assert r.verdict == "partly-reproduced" and r.measured["arms"]["sgd"]["verdict"] == "partly-reproduced"
+    assert rules.e5({"sgd": none, "em_like": none}).verdict == "not-reproduced"
+    narrow = _tunnel(0.85, (0.3, 0.9), 0.2)  # |rho| judged on the interval's lower end
+    assert rules.e5({"a": narrow}).measured["arms"]["a"]["abs_spearman_lower"] == pytest.approx(0.3)
+    assert rules.e5({"a": narrow}).verdict == "not-reproduced"
+    with pytest.raises(ValueError, match="spearman_pc1_entropy_ci95"):
+        rules.e5({"a": {k: v for k, v in good.items() if k != "spearman_pc1_entropy_ci95"}})
+
+
+def test_pc1_bootstrap_orientation():
+    rng = np.random.default_rng(0)
+    H = rng.uniform(0, 1, (40, 10))
+    pts = -H[..., None] * np.array([1.0, 0.0, 0.0]) + 0.05 * rng.standard_normal((40, 10, 3))
+    ratios, rho, _ = st.pc1_spearman(pts.reshape(-1, 3), H.ravel())
+    boot = st.bootstrap_pc1_spearman(pts, H, resamples=100)
+    lo, hi = boot["spearman_pc1_entropy_ci95"]
+    assert abs(rho) > 0.95 and lo <= rho <= hi and lo * hi > 0  # one sign across replicates
+    assert boot["explained_variance_pc1_ci95"][0] <= ratios[0] <= boot["explained_variance_pc1_ci95"][1]
+
+
+# -- E6, E7 ----------------------------------------------------------------------------------------------
+def test_e6_three_verdicts():
+    assert rules.e6(0.995, 0.005).verdict == "reproduced"
+    assert rules.e6(0.89, 0.11).verdict == "partly-reproduced"
+    r = rules.e6(0.6, 0.4)
+    assert r.verdict == "not-reproduced" and r.measured["control_agreement"] == 0.4
+
+
+def test_e7_three_verdicts(synth):
+    spec = synth["E7"]["spec"]
+    assert rules.e7(spec).verdict == "reproduced"
+    rng = np.random.default_rng(2)
+    own = np.asarray(spec["cos_value_signal_final_per_instance"])
+    shared = {**spec, "cos_value_control_final_per_instance": (own + 0.05 * rng.standard_normal(own.size)).tolist()}
+    r = rules.e7(shared)  # the control rises as much: not specific to the own signal
+    assert r.verdict == "partly-reproduced" and "does not beat the control" in r.reason
+    low = {**spec, "cos_value_signal_final_per_instance": (own - 0.45).tolist(),
+           "cos_value_control_final_per_instance": (own - 0.8).tolist()}
+    r = rules.e7(low)
+    assert r.verdict == "partly-reproduced" and "does not end > 0.5" in r.reason
+    assert rules.e7(rules._frozen(spec)).verdict == "not-reproduced"
+
+
+# -- negative controls ------------------------------------------------------------------------------------
+def test_every_negative_control_is_not_reproduced(synth):
+    assert {cid.split("/")[0] for cid in rules.NEGATIVE_CONTROLS} == {f"E{i}" for i in range(1, 8)}
+    for cid, control in rules.NEGATIVE_CONTROLS.items():
+        rule = control()
+        assert rule.verdict == "not-reproduced", (cid, rule.reason)
+    derived = rules.negative_controls(synth)
+    assert set(derived) == set(rules.NEGATIVE_CONTROLS)
+    assert all(r.verdict == "not-reproduced" for r in derived.values())
+    assert set(rules.negative_controls({"E6": synth["E6"]})) == {"E6/plus-A"}
+
+
+# -- the measurements -------------------------------------------------------------------------------------
+def test_dynamics_controls_in_a_small_run():
+    cfg = dynamics.DynamicsConfig(n=6, instances=6, train_steps=30, checkpoints=3, step_sizes=(1e-3, 1.0))
+    e6 = dynamics.advantage_sign_agreement(cfg)
+    for key in ("scores", "queries_keys"):
+        assert len(e6[f"{key}_control"]) == 2
+        assert all(0 <= a + c <= 1 + 1e-6 for a, c in zip(e6[key], e6[f"{key}_control"]))
+    assert e6["scores"][0] + e6["scores_control"][0] == pytest.approx(1.0, abs=1e-6)
+    assert e6["scores"][0] > 0.5
+    control = rules.negative_controls({"E6": {"agreement": e6["scores"][0], "control_agreement": e6["scores_control"][0]}})
+    assert control["E6/plus-A"].verdict == "not-reproduced"
+    spec = dynamics.specialisation(cfg)
+    for key in ("cos_value_signal", "cos_value_control"):
+        assert len(spec[key]) == 3
+        for when in ("initial", "final"):
+            assert len(spec[f"{key}_{when}_per_instance"]) == 6
+    assert np.mean(spec["cos_value_signal_final_per_instance"]) == pytest.approx(spec["cos_value_signal"][-1])
+    assert np.mean(spec["cos_value_control_initial_per_instance"]) == pytest.approx(spec["cos_value_control"][0])
+    assert all(c == pytest.approx(1.0) for c in spec["cos_update_signal"])  # an identity, not evidence
+    assert rules.e7(spec).measured["instances"] == 6
+    assert rules.negative_controls({"E7": {"spec": spec}})["E7/frozen-values"].verdict == "not-reproduced"
+    perm = dynamics._derangements(50, 5, torch.Generator().manual_seed(0))
+    assert not (perm == torch.arange(5)).any() and (perm.sort(-1).values == torch.arange(5)).all()
+
+
+def test_frame_distance_series():
+    cfg = sticky.StickyConfig(length=40, steps=6, seeds=(42, 7), arms=("sgd", "em_like"), blocks=2, checkpoints=3,
+                              tracked_rows=4)
+    run = sticky.train(cfg)
+    fp = frame.frame_precision(cfg, run)
+    assert set(fp) == {"sgd", "em_like"}
+    for a, arm in enumerate(cfg.arms):
+        d = fp[arm]
+        for key in ("alpha_js_to_final", "alpha_jsd_to_final", "values_rel_change_to_final", "V_rel_change_to_final",
+                    "attention_stable_step", "attention_jsd_stable_step", "values_stable_step", "V_stable_step"):
+            assert key in d
+        js = frame._js(run.tracked[0][a].double(), run.tracked[-1][a].double())
+        assert d["alpha_jsd_to_final"][0] == pytest.approx(float(js.sqrt().mean()))
+        assert d["alpha_js_to_final"][0] == pytest.approx(float(js.mean()))
+        assert d["alpha_jsd_to_final"][-1] == 0.0 and d["alpha_jsd_to_final"][0] > d["alpha_js_to_final"][0]
+    assert rules.e4(rules.e4_inputs(fp)).measured["tol"] == rules.E4_TOL
+
+
+def test_wind_tunnel_evaluate_has_intervals():
+    cfg = windtunnel.TunnelConfig(steps=3, batch=8, eval_batch=16, length=12, pca_points=20)
+    model, _ = windtunnel.train(cfg, "sgd")
+    ev = windtunnel.evaluate(cfg, model)
+    lo, hi = ev["explained_variance_pc1_ci95"]
+    assert lo <= ev["explained_variance"][0] <= hi
+    lo, hi = ev["spearman_pc1_entropy_ci95"]
+    assert lo <= ev["spearman_pc1_entropy"] <= hi
+    assert ev["bootstrap"]["sequences"] == 16 and ev["bootstrap"]["resamples"] == windtunnel.BOOTSTRAP_RESAMPLES
+    assert {"within_symbol", "kl_bits", "pca_points"} <= set(ev)
+    assert rules.e5({"sgd": ev}).verdict in rules.VERDICTS
