@@ -133,11 +133,11 @@ def test_stream_is_validated():
         sticky.StickyConfig(stream="authors").validate()
 
 
-def test_first_below_is_steps_to_threshold_for_many_thresholds():
+def test_first_passage_is_steps_to_threshold_for_many_thresholds():
     rng = np.random.default_rng(0)
     curves = 2.1 - np.cumsum(rng.random((6, 40)) * 0.01, axis=1) + rng.normal(0, 0.003, (6, 40))
     thresholds = [2.2, 2.05, 1.99, 1.95, 1.0]
-    got = typicality.first_below(curves, thresholds)
+    got = st.first_passage(curves, thresholds)
     for t_i, t in enumerate(thresholds):
         assert got[:, t_i].tolist() == st.steps_to_threshold(curves, t).tolist()
 

@@ -82,7 +82,7 @@ def expanded_percentiles(values, n, level=0.95):
     return float(lo), float(hi)
 
 
-def _first_passage(curves, thresholds):
+def first_passage(curves, thresholds):
     """H[i, r]: first step at which curve i falls below thresholds[r] (len(curve) if never), the same
     numbers as steps_to_threshold, for many thresholds at once (a curve's first step below a threshold
     is its running minimum's, and the running minimum is monotone)."""
@@ -102,8 +102,8 @@ def speedup_resamples(sgd, em, steps, resamples=2000, seed=0):
     thr = sgd[idx, -1].mean(1)  # (R,)
     cols = np.arange(resamples)[:, None]
     with np.errstate(divide="ignore"):
-        s_em = steps / _first_passage(em, thr)[idx, cols].mean(1)
-        s_sgd = steps / _first_passage(sgd, thr)[idx, cols].mean(1)
+        s_em = steps / first_passage(em, thr)[idx, cols].mean(1)
+        s_sgd = steps / first_passage(sgd, thr)[idx, cols].mean(1)
     return s_em, s_sgd
 
 

@@ -35,14 +35,6 @@ def configs(base, seeds):
     return out
 
 
-def first_below(curves, thresholds):
-    """first_below[s, t] = first step at which curve s falls below thresholds[t] (len(curve) if never),
-    i.e. stats.steps_to_threshold for many thresholds at once."""
-    curves = np.asarray(curves, float)
-    run_min = np.minimum.accumulate(curves, axis=1)
-    return np.stack([np.searchsorted(-m, -np.asarray(thresholds, float), side="right") for m in run_min])
-
-
 def analyse(losses, steps, reference, seed=0):
     """losses: protocol -> (2, S, steps + 1) curves of (sgd, em_like). reference: the authors' five
     seeds' figures {"sgd_final_loss", "em_like_final_loss", "speedup"} to place in each distribution."""
@@ -62,11 +54,11 @@ def analyse(losses, steps, reference, seed=0):
                           "final_loss_per_seed": finals.tolist()}
         speed, threshold, hits = st.speedup(sgd, em, steps)
         entry["speedup"] = speed
-        entry["speedup_ci95"] = list(st.bootstrap_speedup(sgd, em, steps, seed=seed))
+        entry["speedup_ci95"] = list(st.bootstrap_speedup_expanded(sgd, em, steps, seed=seed))
         entry["em_steps_to_threshold"] = hits.tolist()
         idx = np.stack([rng.choice(S, SUBSET, replace=False) for _ in range(SUBSETS)])  # (subsets, 5)
         sgd_means, em_means = sgd[idx, -1].mean(1), em[idx, -1].mean(1)
-        below = first_below(em, sgd_means)  # (S, subsets)
+        below = st.first_passage(em, sgd_means)  # (S, subsets)
         sub_hits = np.take_along_axis(below, idx.T, 0).mean(0)
         sub_speed = steps / sub_hits
         entry["subset"] = {
