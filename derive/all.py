@@ -139,6 +139,8 @@ def open_verdicts(results, claims):
 
 def main(argv=None):
     args = parse_args(sys.argv[1:] if argv is None else argv)
+    if hasattr(sys.stdout, "reconfigure"):  # progress lines reach a log file as they are printed
+        sys.stdout.reconfigure(line_buffering=True)
     try:
         only_claims = load_claims(args)
         device = resolve_device(args.device, args.stages)
