@@ -1,4 +1,4 @@
-"""The claim registry: one entry per analytic claim of PAPER.md (C1–C10).
+"""The claim registry: one entry per analytic claim of the paper (C1–C10).
 
 A claim is a list of identities `derived(model, *ix) == closed(model, *ix)` over declared free
 index ranges, written against `derive.model.AttentionModel`, so every proof path (and later the
@@ -61,7 +61,7 @@ class Claim:
     id: str
     name: str
     statement: str  # LaTeX
-    ref: str  # where in the paper (PAPER.md) the claim is made
+    ref: str  # where in the paper the claim is made
     parts: tuple
     kind: str = "identity"  # or "inequality" (C9)
     derivation: str = ""  # the argument, for the report (LaTeX)

@@ -1,4 +1,4 @@
-"""Single-head attention with a cross-entropy readout, in index notation (PAPER.md, "Setting").
+"""Single-head attention with a cross-entropy readout, in index notation (the paper's setting).
 
 The model is written once against a small set of primitives (`leaf`, `sum`, `exp`, `log`,
 `grad`, ...). Each proof path supplies a backend that interprets those primitives:
@@ -212,7 +212,7 @@ class AttentionModel:
     def _is_free(self, name):
         return name in LEVELS[self.setting.level]
 
-    # -- the forward model (PAPER.md, "Setting") ---------------------------------------------
+    # -- the forward model (the paper's setting) ---------------------------------------------
     @property
     def c(self):
         return self.scalar("c")

@@ -23,7 +23,7 @@ PAPER_CLAIMS = {
 }
 
 
-# What the paper says for each empirical claim (PAPER.md), shown next to our measurement.
+# What the paper says for each empirical claim, shown next to our measurement.
 PAPER_STATEMENTS = {
     "E1": r"the EM-like schedule reaches the SGD arm's final loss $\sim 2.3\times$ sooner (430 vs 1000 steps)",
     "E2": r"both arms' predictive entropy is close to $H_{\min} = H(Y_t \mid Y_{t-1}) = 1.8292$ nats",

@@ -1,7 +1,7 @@
 """An independent float64 oracle for fuzzed identities (`derive.fuzz`).
 
 A fuzzed claim is two terms of `derive.fuzz`'s grammar. Here each term is evaluated with torch on a
-plain vectorised forward of the model (PAPER.md, "Setting"; the conventions of `numeric.reference`):
+plain vectorised forward of the model (the paper's setting; the conventions of `numeric.reference`):
 
     q, k, v = X W_Q, X W_K, X W_V (params level)     s = c q k^T
     alpha = softmax_j(s) over allowed j (causal: j <= i, diagonal included)
@@ -114,7 +114,7 @@ class World:
 
     @staticmethod
     def _named_quantities(t, c):
-        """The paper's quantities, by their definitions (PAPER.md table)."""
+        """The paper's quantities, by their definitions (the paper's definitions)."""
         alpha, u = t["alpha"], t["u"]
         t["b"] = u @ t["v"].T  # (n, n) compatibility
         t["baseline"] = (alpha * t["b"]).sum(-1)  # (n,)

@@ -128,6 +128,31 @@ def simulations(r):
     return fig
 
 
+def typicality(r):
+    """Per-seed final losses of both arms under both protocols, with the paper's five seeds' means."""
+    study = r.get("experiments", {}).get("typicality")
+    protocols = (study or {}).get("protocols") or {}
+    if not any((e.get(a) or {}).get("final_loss_per_seed") for e in protocols.values() for a in ("sgd", "em_like")):
+        return None
+    ref = study.get("reference") or {}
+    fig, axes = plt.subplots(1, 2, figsize=(6.4, 2.6))
+    styles = {"authors": ("#8c1515", "authors' protocol"), "ours": ("#1f77b4", "our protocol")}
+    for ax, arm, title in zip(axes, ("sgd", "em_like"), ("SGD", "EM-like")):
+        for name, e in protocols.items():
+            finals = (e.get(arm) or {}).get("final_loss_per_seed") or []
+            color, label = styles.get(name, (None, name))
+            if finals:
+                ax.hist(finals, bins=min(15, max(3, len(finals) // 3)), color=color, alpha=0.45,
+                        label=f"{label} ({len(finals)} seeds)")
+        if isinstance(ref.get(f"{arm}_final_loss"), (int, float)):
+            ax.axvline(ref[f"{arm}_final_loss"], color="k", ls="--", lw=0.8, label="the paper's five seeds")
+        ax.set(xlabel="final training loss (nats)", ylabel="seeds", title=title)
+    axes[0].legend(fontsize=6)
+    fig.suptitle("Typicality: final loss per seed", fontsize=9)
+    fig.tight_layout()
+    return fig
+
+
 def scaling(r):
     rows = r.get("derive", {}).get("scaling")
     if not rows:
@@ -156,7 +181,7 @@ def benchmark(r):
 
 FIGURES = {"loss_curves": loss_curves, "steps_to_threshold": steps_to_threshold, "entropy_floor": entropy_floor,
            "frame_precision": frame_precision, "lr_sweep": lr_sweep, "manifold": manifold,
-           "simulations": simulations, "scaling": scaling, "benchmark": benchmark}
+           "simulations": simulations, "typicality": typicality, "scaling": scaling, "benchmark": benchmark}
 
 
 def render_all(results, out_dir):

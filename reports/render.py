@@ -35,7 +35,9 @@ TEX_MISSING = ("no TeX engine on PATH: install one (Debian: apt-get install --no
 
 
 def tex_escape(value):
-    return re.sub(r"[\\&%$#_{}~^<>|]", lambda m: LATEX_SPECIALS[m.group(0)], str(value))
+    """Literal text for LaTeX: specials escaped, and "--" kept as two hyphens (not an en dash)."""
+    text = re.sub(r"[\\&%$#_{}~^<>|]", lambda m: LATEX_SPECIALS[m.group(0)], str(value))
+    return text.replace("--", "-{}-").replace("-{}--", "-{}-{}-")
 
 
 def tex_breakable(value, every=10):
@@ -110,6 +112,233 @@ def count(value):
     return len(value) if isinstance(value, (list, dict)) else value
 
 
+DASH = "\u2013"
+AUTHORS_STEPS = 1000  # a full replay of the paper's seeds (a shorter one is the quick profile's)
+TYPICALITY_HOWTO = ("python -m derive.all --only experiments --typicality")
+VERDICT_LABELS = (("replay", "paper's streams"), ("fresh", "fresh streams"))
+
+
+def _num(value, digits):
+    """Fixed decimals, or a dash for a missing or non-numeric value."""
+    if isinstance(value, bool) or not isinstance(value, (int, float)):
+        return DASH
+    return f"{value:.{digits}f}"
+
+
+def _mean(values):
+    values = [v for v in values if isinstance(v, (int, float)) and not isinstance(v, bool)]
+    return sum(values) / len(values) if values else None
+
+
+def _pair(values, i):
+    return values[i] if isinstance(values, (list, tuple)) and len(values) > i else None
+
+
+def claim_verdicts(claim):
+    """E1-E3 answer two questions: [{label, verdict, reason, detail}] for the paper's streams (the paper's
+    seeds replayed) and for fresh streams; empty for a claim with one verdict."""
+    out = []
+    for key, label in VERDICT_LABELS:
+        v = (claim.get("verdicts") or {}).get(key)
+        if not isinstance(v, dict):
+            continue
+        detail = label + (f", {v['seeds']} seeds" if key == "fresh" and v.get("seeds") else
+                          ", the paper's seeds replayed" if key == "replay" else "")
+        out.append({"label": label, "verdict": v.get("verdict", "not-run"), "reason": v.get("reason", ""),
+                    "detail": detail})
+    return out
+
+
+def claim_context(claim):
+    """What a two-verdict claim's evidence says beyond its two reasons (other draws of mu, typicality)."""
+    fresh = (claim.get("verdicts") or {}).get("fresh") or {}
+    reason, evidence = fresh.get("reason"), claim.get("evidence", "")
+    if reason and f"{reason}." in evidence:
+        return evidence.split(f"{reason}.", 1)[1].strip()
+    return "" if reason else evidence
+
+
+def replay_view(experiments):
+    """The paper's seeds on the authors' streams: a sentence, a per-seed table (header, rows of cells)."""
+    rp = experiments.get("sticky_replay")
+    if not rp:
+        return None
+    rows, steps = rp.get("rows") or [], rp.get("steps")
+    paper = (experiments.get("sticky_markov") or {}).get("paper") or {}
+    err = rp.get("max_loss_error")
+    err_text = f"largest loss difference {err:.1e}" if isinstance(err, (int, float)) else "loss difference not recorded"
+    ok = rp.get("ok")
+    view = {"steps": steps, "full": steps == AUTHORS_STEPS, "rows": []}
+    if view["full"]:
+        metric = rp.get("max_metric_error")
+        if isinstance(metric, (int, float)) and any("entropy" in r for r in rows):
+            err_text += f", largest entropy or accuracy difference {metric:.1e}"
+        ours = (f"SGD {_num(rp.get('sgd_final_loss', _mean([r.get('sgd_final') for r in rows])), 3)}, "
+                f"EM-like {_num(rp.get('em_like_final_loss', _mean([r.get('em_like_final') for r in rows])), 3)}"
+                + (f", speedup {rp['speedup']:.2f}x" if isinstance(rp.get("speedup"), (int, float)) else ""))
+        theirs = ""
+        if paper:
+            theirs = (f", against the paper's {paper.get('sgd_final_loss')}, {paper.get('em_like_final_loss')}"
+                      + (f" and {paper.get('speedup')}x" if "speedup" in rp else ""))
+        if ok:
+            view["summary"] = (f"On the paper's own random streams our trainer ends where the authors' script ends, "
+                               f"seed for seed ({err_text}): {ours}{theirs}.")
+        else:
+            steps_text = (f"; EM-like steps {rp.get('em_steps')} against the script's {rp.get('authors_em_steps')}"
+                          if "em_steps" in rp else "")
+            view["summary"] = (f"On the paper's own random streams our trainer does not end where the authors' script "
+                               f"ends ({err_text}{steps_text}): {ours}{theirs}.")
+        if isinstance(rp.get("authors_speedup"), (int, float)) and paper.get("speedup") is not None:
+            view["note"] = (f"The authors' script itself gives a speedup of {rp['authors_speedup']:.2f}x on these seeds "
+                            f"(EM-like steps {_num(_mean(rp.get('authors_em_steps') or []), 1)} on average); "
+                            f"the paper prints {paper['speedup']}x ({paper.get('em_steps')} steps).")
+        view["header"] = ["seed", "run", "SGD final", "EM-like final", "SGD at step 0", "entropy SGD",
+                          "entropy EM-like", "accuracy SGD", "accuracy EM-like", "EM-like steps"]
+        em_steps, authors_em = rp.get("em_steps") or [], rp.get("authors_em_steps") or []
+        for i, r in enumerate(rows):
+            view["rows"].append({"first": True, "cells": [
+                str(r.get("seed", "")), "ours", *_replay_cells(r, ""), str(em_steps[i]) if len(em_steps) == len(rows) else DASH]})
+            view["rows"].append({"first": False, "cells": [
+                "", "authors' script", *_replay_cells(r, "authors_"),
+                str(authors_em[i]) if len(authors_em) == len(rows) else DASH]})
+        if rows:
+            for label, prefix, em, speed in (("ours", "", em_steps, rp.get("speedup")),
+                                             ("authors' script", "authors_", authors_em, rp.get("authors_speedup"))):
+                mean = {f"{prefix}{k}": _mean([r.get(prefix + k) for r in rows])
+                        for k in ("sgd_final", "em_like_final", "sgd_start")}
+                for k in ("entropy", "accuracy"):
+                    mean[prefix + k] = [_mean([_pair(r.get(prefix + k), j) for r in rows]) for j in (0, 1)]
+                steps_cell = (f"{_num(_mean(em), 1)} ({speed:.2f}x)" if isinstance(speed, (int, float)) and em else DASH)
+                view["rows"].append({"first": not prefix, "cells": ["mean" if not prefix else "", label,
+                                                                    *_replay_cells(mean, prefix), steps_cell]})
+            if paper:
+                view["rows"].append({"first": True, "cells": [
+                    "paper", "", str(paper.get("sgd_final_loss", DASH)), str(paper.get("em_like_final_loss", DASH)),
+                    *[DASH] * 5, f"{paper.get('em_steps', '-')} ({paper.get('speedup', '-')}x)"]})
+    else:
+        match = "matches" if ok else "does not match"
+        view["summary"] = (f"In this profile the replay of the paper's seeds on the authors' streams is shortened to "
+                           f"{steps} steps: seed for seed, our trainer {match} the authors' script at step 0 and our "
+                           f"full {AUTHORS_STEPS}-step replay at step {steps} ({err_text}). The final losses, entropy, "
+                           f"accuracy and EM-like steps need the full replay (python -m derive.all --only experiments).")
+        view["header"] = ["seed", "SGD at step 0", "authors' script", f"SGD at step {steps}", "full replay",
+                          f"EM-like at step {steps}", "full replay"]
+        for r in rows:
+            rec = r.get("recorded_at")
+            view["rows"].append({"first": True, "cells": [
+                str(r.get("seed", "")), _num(r.get("sgd_start"), 6), _num(r.get("authors_sgd_start"), 6),
+                _num(r.get("sgd_at"), 6), _num(_pair(rec, 0), 6), _num(r.get("em_like_at"), 6), _num(_pair(rec, 1), 6)]})
+    return view
+
+
+def _replay_cells(r, prefix):
+    """Final losses, step-0 SGD loss, entropy and accuracy (SGD, EM-like) of one replay row (ours, or the
+    authors' script's with prefix 'authors_')."""
+    ent, acc = r.get(prefix + "entropy"), r.get(prefix + "accuracy")
+    return [_num(r.get(prefix + "sgd_final"), 6), _num(r.get(prefix + "em_like_final"), 6),
+            _num(r.get(prefix + "sgd_start"), 6), _num(_pair(ent, 0), 4), _num(_pair(ent, 1), 4),
+            _num(_pair(acc, 0), 4), _num(_pair(acc, 1), 4)]
+
+
+def fresh_summary(claims, experiments):
+    """One sentence on fresh streams from E1's fresh-stream measurement and the main run's final losses."""
+    e1 = next((c for c in claims if c.get("id") == "E1"), {})
+    fresh = (e1.get("verdicts") or {}).get("fresh") or {}
+    m = fresh.get("measured") or {}
+    if not isinstance(m.get("speedup"), (int, float)):
+        return None
+    n = fresh.get("seeds") or m.get("n_seeds")
+    ci = m.get("ci95") or []
+    text = f"On fresh streams ({n} seeds) the EM-like arm reaches SGD's mean final loss"
+    if isinstance(m.get("threshold"), (int, float)):
+        text += f" ({m['threshold']:.3f})"
+    if isinstance(m.get("em_steps_mean"), (int, float)):
+        text += f" after {m['em_steps_mean']:.0f} of {m.get('steps', '?')} steps on average"
+    text += f": a speedup of {m['speedup']:.2f}x"
+    if len(ci) == 2:
+        text += f" (95% CI {ci[0]:.2f}\u2013{ci[1]:.2f}"
+        text += f"; identical arms score {m['baseline']:.2f}x)" if isinstance(m.get("baseline"), (int, float)) else ")"
+    if m.get("paper_speedup") is not None:
+        text += f", against the paper's {m['paper_speedup']}x"
+    arms = (experiments.get("sticky_markov") or {}).get("arms") or {}
+    if all(isinstance(arms.get(a, {}).get("final_loss"), (int, float)) for a in ("sgd", "em_like")):
+        text += f"; final loss SGD {arms['sgd']['final_loss']:.3f}, EM-like {arms['em_like']['final_loss']:.3f}"
+    return text + f". Verdict on fresh streams: {fresh.get('verdict', e1.get('verdict', 'not-run'))}."
+
+
+def _ci(values, digits=3, suffix=""):
+    return (f" (95% CI {values[0]:.{digits}f}{suffix}\u2013{values[1]:.{digits}f}{suffix})"
+            if isinstance(values, (list, tuple)) and len(values) == 2 else "")
+
+
+def _range(d, digits=3, suffix=""):
+    d = d or {}
+    lo, hi = d.get("p2.5"), d.get("p97.5")
+    return f"{_num(lo, digits)}{suffix}\u2013{_num(hi, digits)}{suffix}" if lo is not None else DASH
+
+
+def typicality_view(experiments):
+    """The typicality study side by side: [label, authors' protocol, our protocol] rows and the difference."""
+    study = experiments.get("typicality")
+    if not study:
+        return None
+    protocols = study.get("protocols") or {}
+    names = [p for p in ("authors", "ours") if p in protocols]
+    ref = study.get("reference") or {}
+    size = study.get("subset_size", 5)
+
+    def cells(fn):
+        return [fn(protocols[p]) for p in names]
+
+    def arm(e, key):
+        a = e.get(key) or {}
+        return _num(a.get("final_loss_mean"), 3) + _ci(a.get("final_loss_ci95"))
+
+    def frac(key):
+        return lambda e: _pct_plain(((e.get("subset") or {}).get("fraction_as_favourable") or {}).get(key))
+
+    rows = [["seeds", *cells(lambda e: str(e.get("seeds", DASH)))],
+            ["SGD final loss, mean", *cells(lambda e: arm(e, "sgd"))],
+            ["EM-like final loss, mean", *cells(lambda e: arm(e, "em_like"))],
+            ["speedup", *cells(lambda e: _num(e.get("speedup"), 2) + "x" + _ci(e.get("speedup_ci95"), 2, "x"))],
+            [f"{size}-seed subsets, SGD final loss (2.5\u201397.5 percentile)",
+             *cells(lambda e: _range((e.get("subset") or {}).get("sgd_final_loss")))],
+            [f"{size}-seed subsets, EM-like final loss (2.5\u201397.5 percentile)",
+             *cells(lambda e: _range((e.get("subset") or {}).get("em_like_final_loss")))],
+            [f"{size}-seed subsets, speedup (2.5\u201397.5 percentile)",
+             *cells(lambda e: _range((e.get("subset") or {}).get("speedup"), 2, "x"))],
+            [f"{size}-seed subsets with EM-like final loss \u2264 {_num(ref.get('em_like_final_loss'), 3)}",
+             *cells(frac("em_like_final_loss"))],
+            [f"{size}-seed subsets with SGD final loss \u2264 {_num(ref.get('sgd_final_loss'), 3)}",
+             *cells(frac("sgd_final_loss"))],
+            [f"{size}-seed subsets with speedup \u2265 {_num(ref.get('speedup'), 2)}x", *cells(frac("speedup"))]]
+    seeds = study.get("seeds") or []
+    span = f" (seeds {seeds[0]}\u2013{seeds[-1]}, none of the paper's five)" if seeds else ""
+    summary = (f"Both arms on {len(seeds) or 'further'} further seeds{span} under two protocols that differ only in how "
+               f"each seed's randomness is drawn, with the authors' \u03bc: the authors' protocol (the authors' streams, "
+               f"weights and data drawn from one generator) and ours (independent streams). The paper's five seeds on "
+               f"the authors' streams give SGD {_num(ref.get('sgd_final_loss'), 3)}, EM-like "
+               f"{_num(ref.get('em_like_final_loss'), 3)}, speedup {_num(ref.get('speedup'), 2)}x; the last rows give "
+               f"the fraction of {study.get('subsets', 'random')} random {size}-seed subsets at least as favourable.")
+    diff = study.get("difference_authors_minus_ours") or {}
+    parts = []
+    for key, label in (("sgd", "SGD"), ("em_like", "EM-like")):
+        d = diff.get(key)
+        if isinstance(d, dict) and isinstance(d.get("difference"), (int, float)):
+            p = d.get("p_value")
+            ci = d.get("ci95") or []
+            inside = [f"95% CI {ci[0]:+.4f} to {ci[1]:+.4f}"] if len(ci) == 2 else []
+            inside += [f"p = {p:.2g}"] if isinstance(p, (int, float)) else []
+            parts.append(f"{label} final loss {d['difference']:+.4f}" + (f" ({', '.join(inside)})" if inside else ""))
+    difference = ("Authors' protocol minus ours: " + "; ".join(parts) + ".") if parts else ""
+    labels = {"authors": "authors' protocol", "ours": "our protocol"}
+    return {"summary": summary, "header": ["", *(labels[p] for p in names)], "rows": rows, "difference": difference}
+
+
+def _pct_plain(value):
+    return DASH if not isinstance(value, (int, float)) else f"{100 * value:.1f}%"
+
+
 def context(results):
     checks = results["checks"]
     counts = {s: sum(1 for c in checks if c["status"] == s) for s in ("pass", "fail", "skipped")}
@@ -126,7 +355,11 @@ def context(results):
         "path_names": PATHS, "point_head": POINT_HEAD,
         "numeric": [c for c in checks if c["stage"] == "numeric" and c["kind"] in ("numeric", "negative-control")],
         "benchmarks": results.get("benchmarks", []), "experiments": results.get("experiments", {}),
-        "experiment_checks": [c for c in checks if c["stage"] == "experiments"],
+        "experiment_checks": [c for c in checks if c["stage"] == "experiments" and c["kind"] != "negative-control"],
+        "experiment_controls": [c for c in checks if c["stage"] == "experiments" and c["kind"] == "negative-control"],
+        "replay": replay_view(results.get("experiments", {})),
+        "fresh_summary": fresh_summary(claims, results.get("experiments", {})),
+        "typicality": typicality_view(results.get("experiments", {})), "typicality_howto": TYPICALITY_HOWTO,
         "stages": results.get("stages", {}), "derive": results.get("derive", {}),
         "commands": [f"python -m derive.all{' --quick' if env.get('profile') == 'quick' else ''} --out DIR",
                      "python -m reports.render DIR", "pip install torch==2.13.0 -e '.[test]' && pytest"],
@@ -135,7 +368,8 @@ def context(results):
 
 FILTERS = {"verdict_class": verdict_class, "outcome_class": outcome_class, "kill_class": kill_class,
            "path_outcomes": path_outcomes, "witness_brief": witness_brief, "witness_sizes": witness_sizes,
-           "point_entries": point_entries, "first_reason": first_reason, "count": count}
+           "point_entries": point_entries, "first_reason": first_reason, "count": count,
+           "claim_verdicts": claim_verdicts, "claim_context": claim_context}
 
 
 def environment():

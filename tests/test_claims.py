@@ -13,7 +13,7 @@ def test_registry_has_every_analytic_claim_of_the_paper():
     for c in registry.claims():
         assert c.name == PAPER_CLAIMS[c.id]
         assert c.statement and "\\" in c.statement, f"{c.id} needs a LaTeX statement"
-        assert c.ref.startswith("PAPER.md")
+        assert c.ref.startswith("the paper, " + c.id)
         assert c.parts, f"{c.id} has no proof obligation"
 
 

@@ -48,7 +48,7 @@ def test_paper_seed_subset_is_shown_beside_the_full_seed_set(rendered):
     assert "On the authors' 1 seeds alone: speedup 1.92x (95% CI 1.7&ndash;2.2)" in html
     assert "On the authors' 1 seeds alone: speedup 1.92$\\times$ (95\\% CI 1.7--2.2)" in tex
     assert "final loss SGD 2.04, EM-like 1.97 (paper 2.03, 1.93)" in html
-    assert "<td>numpy-legacy</td><td class=\"num\">0</td>" in html and "95% CI over draws 1.9&ndash;2.5" in html
+    assert "<td>numpy-legacy</td><td class=\"num\">0</td>" in html and "range over draws 1.9&ndash;2.5" in html
     assert "numpy-legacy & 0 & 2.05 & 1.98 & 2.45 & 2.1--2.9" in tex
     assert "<td>paper</td><td></td><td class=\"num\">2.03</td><td class=\"num\">1.93</td><td class=\"num\">2.2&ndash;2.3</td>" in html
     assert "paper & & 2.03 & 1.93 & 2.2--2.3" in tex  # the paper's figures come from results.json
@@ -256,3 +256,149 @@ def test_renders_results_written_before_three_state_outcomes(tmp_path):
     for what in ("Random claims (fuzzer)", "Faults planted in the proof engine", "Rational-path bound"):
         assert f"{what}: not run in this invocation." in html and f"{what}: not run in this invocation." in tex
     assert r"Paths: general \verdict{good}{proved}; fixed \verdict{good}{proved}; rational \verdict{good}{proved}." in tex
+    assert "95% CI over draws 1.9&ndash;2.5" in html and "95\\% CI over draws 1.9--2.5" in tex  # an interval once
+    for text in (html, tex):
+        assert "The paper's seeds on the authors' streams: not run in this invocation." in text.replace("&#39;", "'")
+        assert "Negative controls of the empirical verdict rules: not run in this invocation." in text
+
+
+def test_two_verdicts_for_the_paper_s_streams_and_fresh_streams(rendered):
+    out, _ = rendered
+    html, tex = (out / "report.html").read_text(), (out / "report.tex").read_text()
+    row = html[html.index('id="claim-E1"'):html.index('id="claim-E2"')]
+    assert '<span class="badge partial">partly-reproduced</span>' in row  # the claim's verdict is the fresh one
+    assert '<span class="badge mini good">paper&#39;s streams: reproduced</span>' in row
+    assert '<span class="badge mini partial">fresh streams: partly-reproduced</span>' in row
+    assert ("<b>paper&#39;s streams, the paper&#39;s seeds replayed</b> (reproduced): SGD final loss 2.0310 (paper 2.03)"
+            in row)
+    assert "<b>fresh streams, 2 seeds</b> (partly-reproduced): speedup 1.96x (95% expanded CI 1.80-2.10" in row
+    assert '<span class="small">Other draws of mu (2 draws, 2 seeds each): speedup 1.90-2.50x.</span>' in row
+    e1 = tex[tex.index("\nE1 & "):tex.index("\nE2 & ")]
+    assert r"\verdict{partial}{partly-reproduced}\newline{\footnotesize paper's streams: \verdict{good}{reproduced}}" in e1
+    assert r"\newline{\footnotesize fresh streams: \verdict{partial}{partly-reproduced}}" in e1
+    assert r"\textbf{paper's streams, the paper's seeds replayed} {(}reproduced): SGD final loss 2.0310" in e1
+    assert r"\textbf{fresh streams, 2 seeds} {(}partly-reproduced): speedup 1.96x" in e1
+    assert "Fresh streams (2 seeds):" not in row and "Fresh streams (2 seeds):" not in e1  # no reason twice
+
+
+def test_replay_of_the_paper_s_seeds_per_seed(rendered):
+    out, _ = rendered
+    html, tex = (out / "report.html").read_text(), (out / "report.tex").read_text()
+    sentence = ("On the paper&#39;s own random streams our trainer ends where the authors&#39; script ends, seed for seed "
+                "(largest loss difference 4.0e-07, largest entropy or accuracy difference 1.0e-05): SGD 2.031, "
+                "EM-like 1.932, speedup 2.18x, against the paper&#39;s 2.03, 1.93 and 2.3x.")
+    assert sentence in html and sentence.replace("&#39;", "'") in tex
+    table = html[html.index('id="replay-table"'):html.index("</table>", html.index('id="replay-table"'))]
+    cells = lambda *xs: "".join(f'<td class="num">{x}</td>' for x in xs)  # noqa: E731
+    assert ("<td><b>2024</b></td><td>ours</td>" + cells("2.003688", "1.911325", "2.082882", "2.0309", "1.9419",
+                                                         "0.2046", "0.2836", "282")) in table
+    assert "<td></td><td>authors&#39; script</td>" + cells("2.064712", "1.980183", "2.077939", "2.0750") in table
+    assert "<td><b>mean</b></td><td>ours</td>" + cells("2.030977") in table and cells("457.8 (2.18x)") in table
+    assert "<td><b>paper</b></td><td></td>" + cells("2.03", "1.93") in table and cells("430 (2.3x)") in table
+    assert "2024 & ours & 2.003688 & 1.911325 & 2.082882 & 2.0309 & 1.9419 & 0.2046 & 0.2836 & 282 \\\\" in tex
+    assert " & authors' script & 2.064712 & 1.980183 & 2.077939 & 2.0750 & 2.0160 & 0.1521 & 0.2341 & 746 \\\\" in tex
+    fresh = ("On fresh streams (2 seeds) the EM-like arm reaches SGD&#39;s mean final loss (1.990) after 6 of 10 steps on "
+             "average: a speedup of 1.96x (95% CI 1.80–2.10; identical arms score 1.05x), against the paper&#39;s 2.3x; "
+             "final loss SGD 2.000, EM-like 1.950. Verdict on fresh streams: partly-reproduced.")
+    assert fresh in html and fresh.replace("&#39;", "'").replace("%", "\\%") in tex
+    assert html.index('id="replay"') < html.index('id="fresh-summary"') < html.index('id="fresh"')
+    assert "\\subsection*{The paper's seeds on the authors' streams}" in tex
+
+
+def test_shortened_replay_says_so_and_shows_its_rows(tmp_path):
+    from report_fixture import fixture_results, replay_quick
+
+    r = fixture_results()
+    r["experiments"]["sticky_replay"] = replay_quick()
+    html, tex = _render(tmp_path, r)
+    said = ("In this profile the replay of the paper&#39;s seeds on the authors&#39; streams is shortened to 20 steps: "
+            "seed for seed, our trainer matches the authors&#39; script at step 0 and our full 1000-step replay at "
+            "step 20 (largest loss difference 4.5e-07).")
+    assert said in html and said.replace("&#39;", "'") in tex
+    assert "(python -m derive.all -{}-only experiments)" in tex  # two hyphens, not an en dash
+    assert ("<th>seed</th><th class=\"num\">SGD at step 0</th><th class=\"num\">authors&#39; script</th>"
+            "<th class=\"num\">SGD at step 20</th><th class=\"num\">full replay</th>") in html
+    assert ('<td><b>1337</b></td><td class="num">2.080775</td><td class="num">2.080775</td>'
+            '<td class="num">2.079684</td><td class="num">2.079684</td><td class="num">2.076902</td>') in html
+    assert "1337 & 2.080775 & 2.080775 & 2.079684 & 2.079684 & 2.076902 & 2.076902 \\\\" in tex
+
+
+def test_typicality_side_by_side(rendered):
+    out, _ = rendered
+    html, tex = (out / "report.html").read_text(), (out / "report.tex").read_text()
+    t = html[html.index('id="typicality-table"'):html.index("</table>", html.index('id="typicality-table"'))]
+    assert '<th class="num">authors&#39; protocol</th><th class="num">our protocol</th>' in t
+    row = lambda label, a, o: f'<tr><td>{label}</td><td class="num">{a}</td><td class="num">{o}</td></tr>'  # noqa: E731
+    assert row("EM-like final loss, mean", "1.951 (95% CI 1.947–1.955)", "1.962 (95% CI 1.958–1.966)") in t
+    assert row("speedup", "2.05x (95% CI 1.85x–2.35x)", "1.93x (95% CI 1.73x–2.23x)") in t
+    assert row("5-seed subsets, EM-like final loss (2.5–97.5 percentile)", "1.937–1.966", "1.948–1.977") in t
+    assert row("5-seed subsets with EM-like final loss ≤ 1.932", "2.1%", "0.4%") in t
+    assert row("5-seed subsets with speedup ≥ 2.18x", "35.0%", "20.0%") in t
+    diff = ("Authors&#39; protocol minus ours: SGD final loss -0.0060 (95% CI -0.0110 to -0.0010, p = 0.018); "
+            "EM-like final loss -0.0110 (95% CI -0.0190 to -0.0030, p = 0.008).")
+    assert diff in html and diff.replace("&#39;", "'").replace("%", "\\%") in tex
+    assert 'id="fig-typicality"' in html and "typicality-howto" not in html
+    assert "\\subsection*{Typicality of the paper's five seeds}" in tex
+    assert r" & authors' protocol & our protocol \\" in tex
+    assert r"EM-like final loss, mean & 1.951 (95\% CI 1.947–1.955) & 1.962 (95\% CI 1.958–1.966) \\" in tex
+    assert r"5-seed subsets with speedup ≥ 2.18x & 35.0\% & 20.0\% \\" in tex
+    assert "figures/typicality.pdf" in tex
+
+
+def test_without_typicality_the_report_says_how_to_run_it(tmp_path):
+    from report_fixture import fixture_results
+
+    r = fixture_results()
+    del r["experiments"]["typicality"]
+    html, tex = _render(tmp_path, r)
+    assert ('<p id="typicality-howto">Typicality study: not run. It is opt-in: '
+            "<code>python -m derive.all --only experiments --typicality</code> (about 40 minutes on 2 CPU cores); "
+            "the report reads the cached study whenever it is present.</p>") in html
+    assert (r"Typicality study: not run. It is opt-in: \texttt{python -m derive.all -{}-only experiments -{}-typicality} "
+            "(about 40 minutes on 2 CPU cores)") in tex
+    assert 'id="typicality-table"' not in html and "fig-typicality" not in html
+
+
+def test_negative_controls_of_the_empirical_rules(rendered):
+    out, _ = rendered
+    html, tex = (out / "report.html").read_text(), (out / "report.tex").read_text()
+    t = html[html.index('id="controls-table"'):html.index("</table>", html.index('id="controls-table"'))]
+    assert ('<tr><td><code>experiments/negative-control/E1/sgd-vs-itself</code></td><td>E1</td><td>not-reproduced</td>'
+            '<td><span class="badge good">pass</span></td>') in t
+    assert ('<td><code>experiments/negative-control/E3/identical</code></td><td>E3</td><td>partly-reproduced</td>'
+            '<td><span class="badge bad">fail</span></td>') in t
+    assert "negative-control" not in html[html.index("<th>experiment check</th>"):html.index('id="experiment-controls"')]
+    assert "\\subsection*{Negative controls of the empirical verdict rules}" in tex
+    assert (r"\texttt{experiments/\allowbreak{}negative-control/\allowbreak{}E1/\allowbreak{}sgd-vs-itself} & E1 & "
+            r"not-reproduced & \verdict{good}{pass}") in tex
+    assert r"E3/\allowbreak{}identical} & E3 & partly-reproduced & \verdict{bad}{fail}" in tex
+
+
+def test_mu_draws_introduced_without_claiming_they_cannot_be_replayed(rendered):
+    out, _ = rendered
+    html, tex = (out / "report.html").read_text(), (out / "report.tex").read_text()
+    assert ("Other draws of the symbol means &mu; (the authors' draw is torch float32, seed 0), 2 seeds each: "
+            "speedup 2.2x on average (range over draws 1.9&ndash;2.5).") in html
+    assert "<td>torch-float32 (the authors' draw)</td>" in html
+    assert (r"Other draws of the symbol means $\mu$ (the authors' draw is torch float32, seed 0), 2 seeds each: "
+            r"speedup 2.2$\times$ on average {(}range over draws 1.9--2.5).") in tex
+    for text in (html, tex):
+        assert "cannot be replayed" not in text and "PAPER.md" not in text
+    assert '<p class="small">the paper, C1. Proof obligations:</p>' in html
+    assert "the paper, C1. Proof obligations:" in tex
+
+
+def test_partial_experiments_do_not_crash(tmp_path):
+    from report_fixture import fixture_results
+
+    r = fixture_results()
+    ex = r["experiments"]
+    ex["sticky_replay"] = {"steps": 1000, "rows": [{"seed": 42}]}
+    ex["typicality"] = {"protocols": {"ours": {"sgd": {}}}}
+    ex["sticky_markov"]["mu_draws"]["draws"][0].pop("speedup_ci95")
+    r["claims"][-3]["verdicts"] = {"replay": {}, "fresh": {"verdict": "reproduced"}}
+    r["checks"].append({"id": "experiments/negative-control/E2/x", "stage": "experiments", "kind": "negative-control",
+                        "claim": "E2", "status": "pass", "seconds": 0.0, "measured": None, "expected": None, "detail": ""})
+    html, tex = _render(tmp_path, r)
+    assert 'id="replay-table"' in html and 'id="typicality-table"' in html and "fresh streams: reproduced" in html
+    assert "paper&#39;s streams: not-run" in html and "\\subsection*{Typicality of the paper's five seeds}" in tex

@@ -1,1 +1,1 @@
-"""Experiments that reproduce the paper's empirical claims (E1–E7, PAPER.md)."""
+"""Experiments that reproduce the paper's empirical claims (E1–E7)."""

@@ -8,7 +8,7 @@ import torch
 
 
 def transition_matrix(k=8, self_prob=0.3, off_mass=0.7, dtype=torch.float64):
-    """P as the authors' script builds it (PAPER.md): weights 1/circular distance (the diagonal's
+    """P as the authors' script builds it: weights 1/circular distance (the diagonal's
     distance clamped to 1), each row scaled to sum `off_mass`, the diagonal then set to `self_prob`,
     and each row renormalised once more. Gives the quoted row [0.350, 0.166, 0.083, 0.055, 0.042, ...]."""
     i = torch.arange(k)
@@ -38,7 +38,7 @@ MU_RNGS = ("torch-float64", "torch-float32", "numpy-legacy")
 def symbol_means(k=8, dim=20, seed=0, rng="torch-float64"):
     """mu in R^{k x dim}, N(0, 1), with its own seed (0), as float64.
 
-    PAPER.md fixes the seed but not the generator, and each reading of "drawn with seed 0" gives
+    The paper fixes the seed but not the generator, and each reading of "drawn with seed 0" gives
     another mu: torch's float64 normal sampler (ours), torch's float32 one (`torch.manual_seed(0);
     torch.randn(k, dim)`), numpy's legacy one (`np.random.seed(0); np.random.randn(k, dim)`)."""
     if rng == "torch-float64":

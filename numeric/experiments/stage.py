@@ -25,7 +25,7 @@ from numeric.experiments.progress import Progress
 
 SWEEP_RATIOS = (1, 2, 5, 10, 20, 50)
 ARMS_RATIO = {arm: round(lrs[2] / lrs[0]) for arm, (lrs, _) in sticky.ARMS.items()}  # value / routing LR
-# The authors' sticky-chain figures (PAPER.md), written once: verdicts, results.json and the report read them.
+# The authors' sticky-chain figures, written once: verdicts, results.json and the report read them.
 PAPER = {"sgd_final_loss": 2.03, "em_like_final_loss": 1.93, "speedup": 2.3, "speedup_reruns": [2.2, 2.3],
          "em_steps": 430, "steps": 1000, "h_min": 1.8292}
 
