@@ -1,7 +1,13 @@
-"""Input validation for the public API: fail early, naming the argument, its shape and dtype."""
+"""Input validation for the public API: fail early, naming the argument, its shape and what is allowed.
+
+Masks and scales follow torch.nn.functional.scaled_dot_product_attention (SDPA): where SDPA returns
+a value the API returns the same value, where SDPA raises the API raises a ValueError/TypeError that
+says what is allowed.
+"""
 from __future__ import annotations
 
 import math
+import numbers
 
 import torch
 
@@ -33,33 +39,93 @@ def same_dtype_device(named):
             raise ValueError(f"{name} is on {x.device} but {n0} is on {x0.device}")
 
 
-def dims(name, x, *, batch, rows=None, cols=None, rows_name="n", cols_name="d"):
+def dims(name, x, *, rows=None, cols=None, rows_name="n", cols_name="d"):
+    """The last two sizes of x (batch dims are checked by broadcast_batch)."""
     shape = tuple(x.shape)
-    if shape[:-2] != batch:
-        raise ValueError(f"{name} has batch dims {shape[:-2]}, expected {batch} (shape {shape})")
     if rows is not None and shape[-2] != rows:
         raise ValueError(f"{name} has {rows_name}={shape[-2]} rows, expected {rows} (shape {shape})")
     if cols is not None and shape[-1] != cols:
         raise ValueError(f"{name} has {cols_name}={shape[-1]} columns, expected {cols} (shape {shape})")
 
 
-def mask(m, batch, n_q, n_k, device):
+def broadcast_batch(named):
+    """The broadcast of the batch dims (all but the last two) of the named tensors, as SDPA and
+    torch.matmul broadcast them; a ValueError names the first tensor that does not broadcast."""
+    batch, seen = (), []
+    for name, x in named:
+        b = tuple(x.shape[:-2])
+        try:
+            batch = tuple(torch.broadcast_shapes(batch, b))
+        except RuntimeError:
+            raise ValueError(f"{name} has batch dims {b} (shape {tuple(x.shape)}), which do not broadcast with "
+                             f"the batch dims {batch} of {', '.join(seen)}: batch dims must be equal or 1 "
+                             f"(right-aligned), as in scaled_dot_product_attention") from None
+        seen.append(name)
+    return batch
+
+
+def mask_dtype(m, dtype):
+    """bool (True = may attend) or floating (additive), as SDPA: a float mask is float32 or `dtype`."""
+    if m.dtype == torch.bool:
+        return
+    if m.dtype.is_floating_point:
+        if m.dtype in (torch.float32, dtype):
+            return
+        raise TypeError(f"a float mask must be float32 or the inputs' dtype {dtype} (as in "
+                        f"scaled_dot_product_attention), got {m.dtype} (shape {tuple(m.shape)}); "
+                        f"convert it with mask.to({dtype})")
+    raise TypeError(f"mask must be a bool tensor (True = may attend) or a floating tensor (added to the "
+                    f"scores: 0 = attend, -inf = blocked), got dtype {m.dtype} (shape {tuple(m.shape)}); "
+                    f"integer masks are refused as by scaled_dot_product_attention: use mask.bool() for a 0/1 mask")
+
+
+def mask(m, score_shape, dtype, device, *, values=True):
+    """A mask broadcastable to the score shape (..., L, S) without enlarging it (as SDPA requires);
+    values=True also refuses NaN and +inf in a float mask (finite values and -inf are allowed)."""
     if m is None:
         return None
-    if not torch.is_tensor(m) or m.dtype != torch.bool:
-        raise TypeError(f"mask must be a boolean tensor (True = may attend), got {getattr(m, 'dtype', type(m).__name__)}")
+    if not torch.is_tensor(m):
+        raise TypeError(f"mask must be a torch.Tensor (bool: True = may attend; float: added to the scores), "
+                        f"got {type(m).__name__}")
+    mask_dtype(m, dtype)
     if m.device != device:
         raise ValueError(f"mask is on {m.device} but the inputs are on {device}")
+    score_shape = tuple(score_shape)
     try:
-        torch.broadcast_shapes(tuple(m.shape), batch + (n_q, n_k))
+        fits = tuple(torch.broadcast_shapes(tuple(m.shape), score_shape)) == score_shape
     except RuntimeError:
-        raise ValueError(f"mask of shape {tuple(m.shape)} does not broadcast to {batch + (n_q, n_k)}") from None
+        fits = False
+    if not fits:
+        raise ValueError(f"mask of shape {tuple(m.shape)} does not broadcast to the score shape (..., L, S) = "
+                         f"{score_shape}: each mask dim must equal the score dim or be 1, with no extra leading dims")
+    if values and m.dtype != torch.bool:
+        for bad, test in (("NaN", torch.isnan), ("+inf", torch.isposinf)):
+            if bool(test(m).any()):
+                raise ValueError(f"mask contains {bad} (shape {tuple(m.shape)}): a float mask is added to the "
+                                 f"scores and must hold finite values or -inf (blocked)")
     return m
 
 
+def default_scale(d_k):
+    """1/sqrt(d_k); with d_k = 0 every score is an empty sum, 0, whatever the scale: 1.0 (as SDPA, uniform)."""
+    return 1.0 / math.sqrt(d_k) if d_k > 0 else 1.0
+
+
 def scale(s, d_k):
+    """None -> 1/sqrt(d_k); any finite real (0 and negative included) as a Python int/float, a numpy
+    scalar or a 0-d real tensor -> float (a constant: no gradient flows to a tensor scale, as in SDPA)."""
     if s is None:
-        return 1.0 / math.sqrt(d_k)
-    if isinstance(s, bool) or not isinstance(s, (int, float)) or not math.isfinite(s) or s <= 0:
-        raise ValueError(f"scale must be a positive finite number, got {s!r}")
-    return float(s)
+        return default_scale(d_k)
+    if torch.is_tensor(s):
+        if s.dim() != 0 or s.dtype == torch.bool or s.is_complex():
+            raise TypeError(f"scale must be a real number or a 0-d real tensor, got a {s.dtype} tensor of "
+                            f"shape {tuple(s.shape)}")
+        value = float(s.detach())
+    elif isinstance(s, numbers.Real) and not isinstance(s, bool):
+        value = float(s)
+    else:
+        raise TypeError(f"scale must be a real number (Python or numpy scalar, or a 0-d tensor) or None "
+                        f"(1/sqrt(d_k)), got {s!r} of type {type(s).__name__}")
+    if not math.isfinite(value):
+        raise ValueError(f"scale must be finite, got {value!r}")
+    return value
