@@ -1,13 +1,19 @@
 """`python -m derive.all`: run the pipeline's stages, write results.json, exit 0 iff all checks pass.
 
     python -m derive.all [--quick] [--out DIR] [--device auto|cpu|cuda] [--only STAGE[,STAGE]]
-                         [--seed N] [--claims FILE]... [--claim ID[,ID]]
+                         [--seed N] [--claims FILE]... [--claim ID[,ID]] [--threads N]
 
-Exit status: 0 every check passed (skipped stages do not fail a run), 1 a check failed, 2 bad usage.
+A run merges into an existing DIR/results.json: the checks of the stages it runs replace theirs, every
+other stage's checks are kept, and each analytic claim's verdict is recomputed from the merged checks.
+`--only report` re-renders the report from DIR/results.json and leaves that file as it is.
+
+Exit status: 0 every check in DIR/results.json passed (skipped stages do not fail a run), 1 a check
+failed, 2 bad usage (including an --out that cannot be written and a results.json that cannot be read).
 """
 from __future__ import annotations
 
 import argparse
+import os
 import sys
 import time
 from pathlib import Path
@@ -15,10 +21,15 @@ from pathlib import Path
 from derive import claims as registry
 from derive import verdict
 from derive.claimfile import ClaimFileError
-from derive.results import Results, environment
+from derive.results import Results, ResultsError, environment
 from derive.stage import PROFILES, DeriveStage
 
 STAGES = ("derive", "codegen", "numeric", "experiments", "report")
+THREAD_ENV = ("OMP_NUM_THREADS", "MKL_NUM_THREADS")
+# results.json `derive` entries written by a stage other than derive, and kill-matrix columns likewise
+DERIVE_KEYS = {"fuzz": "numeric"}
+KILL_COLUMNS = {"numeric": "numeric"}
+KILL_META = ("claim", "description")
 
 
 class UsageError(Exception):
@@ -35,6 +46,9 @@ def parse_args(argv):
     p.add_argument("--claims", action="append", default=[], metavar="FILE",
                    help="extra claim file (Python calling derive.claims.register); repeatable")
     p.add_argument("--claim", default="", help="restrict the derive stage to these claim ids (comma-separated)")
+    p.add_argument("--threads", type=_positive_int, default=None, metavar="N",
+                   help="torch threads for the experiments stage (default: OMP_NUM_THREADS or MKL_NUM_THREADS when "
+                        "set, else min(2, CPU count)); the numeric stage's benchmarks stay pinned to 1")
     p.add_argument("--typicality", action="store_true",
                    help="experiments stage: also train the typicality study (both arms on 50 further seeds under the "
                         "authors' random protocol and under ours; about 40 minutes on 2 CPU cores). Without it, the "
@@ -47,6 +61,69 @@ def parse_args(argv):
     if args.seed < 0:
         p.error("--seed must be non-negative")
     return args
+
+
+def _positive_int(text):
+    try:
+        value = int(text)
+    except ValueError:
+        value = 0
+    if value < 1:
+        raise argparse.ArgumentTypeError(f"must be a positive integer, got {text!r}")
+    return value
+
+
+def check_out(out):
+    """Refuse, before any work, an --out that is a file or whose directory cannot be created or written."""
+    path = Path(out)
+    if path.exists() and not path.is_dir():
+        raise UsageError(f"--out {out}: exists and is not a directory")
+    if path.is_dir():
+        if not os.access(path, os.W_OK | os.X_OK):
+            raise UsageError(f"--out {out}: directory is not writable")
+        return path
+    parent = path.absolute().parent
+    if not parent.exists():
+        raise UsageError(f"--out {out}: parent directory {parent} does not exist")
+    if not parent.is_dir():
+        raise UsageError(f"--out {out}: parent {parent} is not a directory")
+    if not os.access(parent, os.W_OK | os.X_OK):
+        raise UsageError(f"--out {out}: parent directory {parent} is not writable")
+    return path
+
+
+def load_previous(out, stages):
+    """The Results of an earlier run in DIR, or None; a results.json that cannot be used is bad usage."""
+    path = Path(out) / "results.json"
+    if not path.exists() and not path.is_symlink():
+        if stages == ["report"]:
+            raise UsageError(f"--only report: {path} not found: run the other stages first")
+        return None
+    try:
+        return Results.read(path)
+    except ResultsError as exc:
+        raise UsageError(f"{exc}; nothing was run or overwritten (move the file away or choose another --out)") from exc
+
+
+def threads_from_env():
+    """The thread count a user set through OMP_NUM_THREADS / MKL_NUM_THREADS (the first valid), else None."""
+    for name in THREAD_ENV:
+        text = os.environ.get(name, "").strip()
+        if text.isdigit() and int(text) > 0:
+            return int(text)
+    return None
+
+
+def resolve_threads(requested):
+    """--threads N, else the count set in the environment, else min(2, CPU count). With --threads the
+    environment is set too, so torch (imported later) and worker processes see the same count."""
+    if requested is not None:
+        for name in THREAD_ENV:
+            os.environ[name] = str(requested)
+        if "torch" in sys.modules:
+            sys.modules["torch"].set_num_threads(requested)
+        return requested
+    return threads_from_env() or min(2, os.cpu_count() or 1)
 
 
 def load_claims(args):
@@ -97,7 +174,7 @@ def run_stage(stage, results, args, profile, only_claims):
         from numeric.experiments.stage import ExperimentStage
 
         ExperimentStage(results, profile.name, results.environment["device"], args.seed, args.out,
-                        typicality=args.typicality).run()
+                        typicality=args.typicality, threads=results.environment.get("threads")).run()
     else:
         from reports.render import run_stage as report
 
@@ -106,7 +183,98 @@ def run_stage(stage, results, args, profile, only_claims):
     checks = [c for c in results.checks if c.stage == stage]
     status = "fail" if any(c.status == "fail" for c in checks) else (
         "skipped" if all(c.status == "skipped" for c in checks) else "pass")
-    results.stages[stage] = {"status": status, "seconds": round(seconds, 3), "checks": len(checks)}
+    env = results.environment
+    results.stages[stage] = {"status": status, "seconds": round(seconds, 3), "checks": len(checks),
+                             "profile": env.get("profile"), "device": env.get("device"), "seed": args.seed}
+
+
+def stage_status(checks):
+    return "fail" if any(c.status == "fail" for c in checks) else (
+        "skipped" if all(c.status == "skipped" for c in checks) else "pass")
+
+
+def merge(previous, fresh, ran, only_claims):
+    """`fresh` (this invocation's stages `ran`) merged into `previous` (DIR/results.json): the checks, benchmarks,
+    experiments and derive entries of the stages that ran replace theirs; every other stage's are kept. Under
+    --claim the derive stage reruns only the named claims, so only their derive checks and kill-matrix rows
+    are replaced. Claim verdicts are recomputed afterwards (`recompute_verdicts`)."""
+    ran = set(ran)
+
+    def rerun(stage, claim=None):
+        if stage not in ran:
+            return False
+        return not (stage == "derive" and only_claims and claim is not None and claim not in only_claims)
+
+    order = {s: i for i, s in enumerate(STAGES)}
+    fresh_ids = {c.id for c in fresh.checks}
+    kept = [c for c in previous.checks if not rerun(c.stage, c.claim) and c.id not in fresh_ids]
+    checks = sorted(kept + fresh.checks, key=lambda c: order.get(c.stage, len(order)))  # stable: a stage's order kept
+
+    benchmarks = [b for b in previous.benchmarks if not rerun(str(b.get("name", "")).split("/")[0])] + fresh.benchmarks
+
+    experiments = fresh.experiments if "experiments" in ran else previous.experiments
+
+    derive = {}
+    for key, value in previous.derive.items():
+        owner = DERIVE_KEYS.get(key, "derive")
+        # an entry of a stage that reran is replaced, or dropped if that run did not write it; a derive run
+        # restricted by --claim does not write every entry (engine mutants), so what it did not write is kept
+        if key != "kill_matrix" and (owner not in ran or (key not in fresh.derive and owner == "derive" and only_claims)):
+            derive[key] = value
+    derive.update({k: v for k, v in fresh.derive.items() if k != "kill_matrix"})
+    kill = _merge_kill(previous.derive.get("kill_matrix", {}), fresh.derive.get("kill_matrix", {}), rerun)
+    if kill or "kill_matrix" in previous.derive or "kill_matrix" in fresh.derive:
+        derive["kill_matrix"] = kill
+
+    claims = dict(previous.claims)
+    if "experiments" in ran:  # the experiment stage's claims (E*) are its own: replaced whole
+        claims = {cid: c for cid, c in claims.items() if _analytic_entry(cid, c)}
+    claims.update(fresh.claims)
+
+    stages = {**{s: v for s, v in previous.stages.items() if s not in ran}, **fresh.stages}
+    stages = dict(sorted(stages.items(), key=lambda kv: order.get(kv[0], len(order))))
+    for stage, info in stages.items():  # status and count describe the merged checks
+        mine = [c for c in checks if c.stage == stage]
+        if mine:
+            info.update(status=stage_status(mine), checks=len(mine))
+    env = dict(fresh.environment)
+    return Results(env, checks, claims, benchmarks, experiments, derive, stages)
+
+
+def _merge_kill(old, new, rerun):
+    """Kill-matrix rows merged column by column: a column is replaced where its stage reran for the row's claim."""
+    out = {}
+    for mid in [*old, *(m for m in new if m not in old)]:
+        row = {}
+        for col, value in old.get(mid, {}).items():
+            if col in KILL_META or not rerun(KILL_COLUMNS.get(col, "derive"), old[mid].get("claim")):
+                row[col] = value
+        row.update(new.get(mid, {}))
+        if set(row) - set(KILL_META):
+            out[mid] = row
+    return out
+
+
+def _analytic_entry(cid, claim):
+    """A claim entry whose verdict derive.verdict computes from checks (registered, or written with its parts)."""
+    return cid in {c.id for c in registry.claims()} or "parts" in claim
+
+
+def recompute_verdicts(results):
+    """Every analytic claim's verdict from the checks naming it (derive.verdict), as a pure function of them:
+    one without checks is left out (not-run). Claims set by the experiments stage are left as they are."""
+    by_claim = {}
+    for c in results.checks:
+        by_claim.setdefault(c.claim, []).append(c)
+    registered = [c for c in registry.claims() if c.id in by_claim]
+    for cid, entry in list(results.claims.items()):
+        if _analytic_entry(cid, entry) and (cid not in by_claim or cid in {c.id for c in registered}):
+            del results.claims[cid]  # recomputed below from nothing but its checks, or not-run
+    verdict.assign(results, registered)
+    for cid, entry in results.claims.items():  # from a claim file not loaded in this invocation
+        if "parts" in entry and cid not in {c.id for c in registered}:
+            v = verdict.analytic(by_claim[cid])
+            entry.update(v)
 
 
 def selected_claims(only_claims):
@@ -114,14 +282,15 @@ def selected_claims(only_claims):
     return [c for c in registry.claims() if not only_claims or c.id in only_claims]
 
 
-def summary(results, shown):
+def summary(results, shown, ran=None):
     lines = ["", f"{'claim':6} {'verdict':18} evidence"]
     for c in results.to_json()["claims"]:
         if c["id"] in shown:
             lines.append(f"{c['id']:6} {c['verdict']:18} {c['evidence']}")
     lines.append("")
     for stage, info in results.stages.items():
-        lines.append(f"stage {stage:12} {info['status']:8} {info['seconds']:8.2f}s  {info['checks']} checks")
+        kept = "  (kept from the previous run)" if ran is not None and stage not in ran else ""
+        lines.append(f"stage {stage:12} {info['status']:8} {info['seconds']:8.2f}s  {info['checks']} checks{kept}")
     counts = {s: sum(1 for c in results.checks if c.status == s) for s in ("pass", "fail", "skipped")}
     lines.append(f"checks: {counts['pass']} passed, {counts['fail']} failed, {counts['skipped']} skipped")
     for c in results.failed():
@@ -137,32 +306,74 @@ def open_verdicts(results, claims):
     return [c.id for c in claims if results.claims.get(c.id, {}).get("verdict") in ("disproved", "undecided", "failed")]
 
 
+def exit_status(results, claims):
+    return 1 if results.failed() or results.inconsistencies() or open_verdicts(results, claims) else 0
+
+
+def report_only(args, previous, only_claims):
+    """`--only report`: render from DIR/results.json as it is, and leave the file untouched."""
+    from reports.render import render
+
+    out = Path(args.out)
+    print("== stage report")
+    try:
+        status = render(out)
+    except Exception as exc:  # reported as the report stage does, not as a traceback
+        print(f"  FAIL report: {type(exc).__name__}: {exc}")
+        status = {"html": ("fail", str(exc), 0.0)}
+    for name, (s, msg, seconds) in status.items():
+        print(f"  {s.upper():4} report/{name:8} {seconds:6.2f}s  {msg}")
+    claims = selected_claims(only_claims)
+    shown = {c.id for c in claims if c.id in previous.claims} | {cid for cid in previous.claims if cid.startswith("E")}
+    print(summary(previous, shown, ran=["report"]))
+    print(f"rendered from {out / 'results.json'} (left unchanged)")
+    failed = any(s == "fail" for s, _, _ in status.values())
+    return 1 if failed else exit_status(previous, claims)
+
+
 def main(argv=None):
     args = parse_args(sys.argv[1:] if argv is None else argv)
     if hasattr(sys.stdout, "reconfigure"):  # progress lines reach a log file as they are printed
         sys.stdout.reconfigure(line_buffering=True)
     try:
+        check_out(args.out)
+        previous = load_previous(args.out, args.stages)
         only_claims = load_claims(args)
+        threads = resolve_threads(args.threads)
         device = resolve_device(args.device, args.stages)
     except UsageError as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 2
+    if args.stages == ["report"]:
+        return report_only(args, previous, only_claims)
     profile = PROFILES["quick" if args.quick else "default"]
-    results = Results(environment(profile.name, device, args.seed))
+    fresh = Results(environment(profile.name, device, args.seed, threads))
     t0 = time.perf_counter()
-    for stage in STAGES:
-        if stage in args.stages:
-            run_stage(stage, results, args, profile, only_claims)
+    ran = [s for s in STAGES if s in args.stages]
+    for stage in ran:
+        if stage != "report":
+            run_stage(stage, fresh, args, profile, only_claims)
+    if previous is not None:
+        results = merge(previous, fresh, ran, only_claims)
+        others = {(i.get("profile"), i.get("seed")) for s, i in results.stages.items() if s not in ran and "profile" in i}
+        if others - {(profile.name, args.seed)}:
+            print(f"note: merged with stages of {Path(args.out) / 'results.json'} run under another profile or seed "
+                  f"(see its stages)")
+    else:
+        results = fresh
+    recompute_verdicts(results)
+    results.environment["stages_run"] = ran
+    if "report" in ran:  # rendered from the merged results, verdicts included
+        run_stage("report", results, args, profile, only_claims)
     claims = selected_claims(only_claims)
-    verdict.assign(results, claims)
     results.environment["wall_seconds"] = round(time.perf_counter() - t0, 3)
     path = results.write(Path(args.out))
-    if "report" in results.stages:
+    if "report" in results.stages and "report" in ran:
         print(f"wrote {Path(args.out) / 'report.html'}, report.tex" + (", report.pdf" if (Path(args.out) / "report.pdf").exists() else ""))
     shown = {c.id for c in claims if c.id in results.claims} | {cid for cid in results.claims if cid.startswith("E")}
-    print(summary(results, shown))
+    print(summary(results, shown, ran=ran if previous is not None else None))
     print(f"wrote {path}")
-    return 1 if results.failed() or results.inconsistencies() or open_verdicts(results, claims) else 0
+    return exit_status(results, claims)
 
 
 if __name__ == "__main__":

@@ -4,12 +4,15 @@ from __future__ import annotations
 import json
 import os
 import platform
+import secrets
 import subprocess
-import tempfile
-from dataclasses import asdict, dataclass, field
+import time
+from dataclasses import asdict, dataclass, field, fields
 from pathlib import Path
 
 SCHEMA_VERSION = 1
+# Files this process writes are newer than this; a temporary left by an interrupted save is older.
+PROCESS_START = time.time()
 KINDS = ("proof", "negative-control", "numeric", "benchmark", "experiment", "report")
 STATUSES = ("pass", "fail", "skipped")
 VERDICTS = ("proved", "disproved", "undecided", "confirmed", "reproduced", "partly-reproduced", "not-reproduced", "failed",
@@ -114,14 +117,152 @@ class Results:
         """Write DIR/results.json atomically (a reader never sees a half-written file)."""
         out_dir = Path(out_dir)
         out_dir.mkdir(parents=True, exist_ok=True)
-        fd, tmp = tempfile.mkstemp(dir=out_dir, prefix=".results-", suffix=".json")
-        with os.fdopen(fd, "w") as fh:
-            json.dump(self.to_json(), fh, indent=1, default=str)
-        os.replace(tmp, out_dir / "results.json")
-        return out_dir / "results.json"
+        remove_stale_temporaries(out_dir, (".results.json.*.tmp", ".results-*.json"))
+        path = out_dir / "results.json"
+        atomic_write(path, lambda fh: json.dump(self.to_json(), fh, indent=1, default=str))
+        return path
+
+    @classmethod
+    def from_json(cls, data, source="results.json"):
+        """A Results holding what `to_json` wrote (claims `to_json` only filled in as not-run are left out)."""
+        validate(data, source)
+        known = {f.name for f in fields(Check)}
+        try:
+            checks = [Check(**{k: v for k, v in c.items() if k in known}) for c in data["checks"]]
+        except (TypeError, ValueError) as exc:
+            raise ResultsError(f"{source}: a check cannot be read: {exc}") from exc
+        claims = {c["id"]: c for c in data["claims"] if not _placeholder(c)}
+        return cls(dict(data["environment"]), checks, claims, list(data.get("benchmarks", [])),
+                   dict(data.get("experiments", {})), dict(data.get("derive", {})), dict(data.get("stages", {})))
+
+    @classmethod
+    def read(cls, path):
+        """Results from a results.json file; ResultsError (one line, naming the file) if it cannot be used."""
+        return cls.from_json(read_json(path), str(path))
 
 
-def environment(profile, device, seed):
+class ResultsError(ValueError):
+    """A results.json that cannot be read: missing, truncated, not JSON, wrong shape or schema version."""
+
+
+def read_json(path):
+    """The parsed and shape-checked content of a results.json file."""
+    path = Path(path)
+    try:
+        text = path.read_text()
+    except FileNotFoundError as exc:
+        raise ResultsError(f"{path}: not found") from exc
+    except (OSError, UnicodeDecodeError) as exc:
+        raise ResultsError(f"{path}: cannot be read ({exc.strerror if isinstance(exc, OSError) else exc})") from exc
+    try:
+        data = json.loads(text)
+    except json.JSONDecodeError as exc:
+        what = "empty" if not text.strip() else "not valid JSON (truncated?)"
+        raise ResultsError(f"{path}: {what}: {exc.msg} at line {exc.lineno}, column {exc.colno}") from exc
+    validate(data, str(path))
+    return data
+
+
+_SECTIONS = {"environment": dict, "checks": list, "claims": list}  # required
+_OPTIONAL = {"stages": dict, "benchmarks": list, "experiments": dict, "derive": dict, "inconsistencies": list}
+_JSON_TYPE = {dict: "an object", list: "a list"}
+
+
+def validate(data, source="results.json"):
+    """Raise ResultsError unless `data` has the shape of a results.json of this schema version."""
+    if not isinstance(data, dict):
+        raise ResultsError(f"{source}: expected a JSON object at the top level, found {type(data).__name__}")
+    if "schema_version" not in data:
+        raise ResultsError(f"{source}: no schema_version: not a results.json written by python -m derive.all")
+    if data["schema_version"] != SCHEMA_VERSION:
+        raise ResultsError(f"{source}: schema_version {data['schema_version']!r}, but this version reads and writes "
+                           f"schema_version {SCHEMA_VERSION}")
+    for key, kind in {**_SECTIONS, **_OPTIONAL}.items():
+        if key not in data:
+            if key in _SECTIONS:
+                raise ResultsError(f"{source}: the {key!r} section is missing")
+            continue
+        if not isinstance(data[key], kind):
+            raise ResultsError(f"{source}: {key!r} should be {_JSON_TYPE[kind]}, found {type(data[key]).__name__}")
+    for i, c in enumerate(data["checks"]):
+        if not isinstance(c, dict) or not all(isinstance(c.get(k), str) for k in ("id", "stage", "kind", "claim", "status")):
+            raise ResultsError(f"{source}: checks[{i}] should be an object with string id, stage, kind, claim and status")
+    for i, c in enumerate(data["claims"]):
+        if not isinstance(c, dict) or not all(isinstance(c.get(k), str) for k in ("id", "verdict")):
+            raise ResultsError(f"{source}: claims[{i}] should be an object with string id and verdict")
+    for stage, info in data.get("stages", {}).items():
+        if not isinstance(info, dict):
+            raise ResultsError(f"{source}: stages[{stage!r}] should be an object, found {type(info).__name__}")
+    return data
+
+
+def _placeholder(claim):
+    """The entry `to_json` writes for a paper claim no stage set."""
+    return claim.get("verdict") == "not-run" and claim.get("evidence") == "stage not run" and set(claim) <= {
+        "id", "name", "verdict", "evidence", "statement"}
+
+
+# -- atomic writes -----------------------------------------------------------------------------------
+def atomic_write(path, write, binary=False):
+    """Call write(file) on a temporary file beside `path`, then rename it onto `path`: a reader sees the old
+    file or the whole new one. The file gets the usual mode (0666 less the umask, as open() would give);
+    the temporary is removed if writing fails, and one left by a killed process is removed by
+    `remove_stale_temporaries` on a later run."""
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = path.with_name(f".{path.name}.{os.getpid()}.{secrets.token_hex(4)}.tmp")
+    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o666)
+    try:
+        with os.fdopen(fd, "wb" if binary else "w") as fh:
+            write(fh)
+            fh.flush()
+            os.fsync(fh.fileno())
+        os.replace(tmp, path)
+    except BaseException:
+        tmp.unlink(missing_ok=True)
+        raise
+    return path
+
+
+def remove_stale_temporaries(directory, patterns=("*.tmp",), log=None):
+    """Remove temporaries an interrupted save left in `directory`: files matching `patterns` older than this
+    process, unless their name carries the id of a process still running (a concurrent writer)."""
+    directory = Path(directory)
+    if not directory.is_dir():
+        return []
+    removed = []
+    for pattern in patterns:
+        for tmp in sorted(directory.glob(pattern)):
+            try:
+                if not tmp.is_file() or tmp.stat().st_mtime >= PROCESS_START or _writer_alive(tmp.name):
+                    continue
+                tmp.unlink()
+            except OSError:
+                continue
+            removed.append(tmp.name)
+            if log:
+                log(f"  removed {tmp.name}: a temporary left by an interrupted save")
+    return removed
+
+
+def _writer_alive(name):
+    """Whether a temporary's name (.TARGET.PID.HEX.tmp, as atomic_write makes them) names a running process."""
+    parts = name.split(".")
+    if len(parts) < 4 or not parts[-3].isdigit():
+        return False
+    pid = int(parts[-3])
+    if pid == os.getpid():
+        return False  # older than this process: an earlier process that had our id
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except OSError:  # exists, owned by someone else
+        return True
+    return True
+
+
+def environment(profile, device, seed, threads=None):
     import numpy
     import sympy
 
@@ -136,6 +277,8 @@ def environment(profile, device, seed):
         "seeds": [seed],
         "git_commit": _git_commit(),
     }
+    if threads is not None:
+        env["threads"] = threads
     return env
 
 

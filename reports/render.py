@@ -8,7 +8,6 @@ latexmk or pdflatex when one is on PATH."""
 from __future__ import annotations
 
 import argparse
-import json
 import re
 import shutil
 import subprocess
@@ -420,10 +419,7 @@ def compile_pdf(out_dir, timeout=180):
 def render(out_dir, pdf=True, log=print):
     """Render the report from DIR/results.json; returns {artifact: (status, message, seconds)}."""
     out_dir = Path(out_dir)
-    path = out_dir / "results.json"
-    if not path.is_file():
-        raise FileNotFoundError(f"{path} not found: run `python -m derive.all --out {out_dir}` first")
-    results = json.loads(path.read_text())
+    results = load_results(out_dir)
     t0 = time.perf_counter()
     ctx = context(results)
     svgs = render_all(results, out_dir)
@@ -457,15 +453,32 @@ def run_stage(results, out_dir, log=print):
                           "rendered" if name != "pdf" else "compiled with latexmk/pdflatex"))
 
 
+def load_results(out_dir):
+    """DIR/results.json, parsed and shape-checked: FileNotFoundError if absent, derive.results.ResultsError
+    (one line naming the file and the problem) if truncated, not JSON, of another schema or wrong-shaped."""
+    from derive.results import read_json
+
+    path = Path(out_dir) / "results.json"
+    if not path.is_file():
+        raise FileNotFoundError(f"{path} not found: run `python -m derive.all --out {out_dir}` first")
+    return read_json(path)
+
+
 def main(argv=None):
+    from derive.results import ResultsError
+
     p = argparse.ArgumentParser(prog="python -m reports.render", description="render DIR/results.json into a report")
     p.add_argument("out_dir", help="directory holding results.json")
     p.add_argument("--no-pdf", action="store_true", help="skip the LaTeX compile")
     args = p.parse_args(argv)
     try:
         status = render(args.out_dir, pdf=not args.no_pdf)
-    except FileNotFoundError as exc:
+    except (FileNotFoundError, ResultsError) as exc:
         print(f"error: {exc}", file=sys.stderr)
+        return 2
+    except Exception as exc:  # content of the right outline that the report cannot use: one line, not a traceback
+        detail = f"{type(exc).__name__}: {exc}".splitlines()[0][:300]
+        print(f"error: {Path(args.out_dir) / 'results.json'}: cannot be rendered ({detail})", file=sys.stderr)
         return 2
     return 1 if any(s == "fail" for s, _, _ in status.values()) else 0
 

@@ -6,24 +6,32 @@ import time
 
 
 class Progress:
-    def __init__(self, total, desc, log=print):
+    """`initial`: steps already done when counting starts (a resumed run); the rate, and so the time left,
+    comes from the steps run since."""
+
+    def __init__(self, total, desc, log=print, initial=0):
         self.total, self.desc, self.log = total, desc, log
-        self.done, self.t0, self.next_mark = 0, time.perf_counter(), 0.1
+        self.initial = self.done = initial
+        self.t0 = time.perf_counter()
+        self.next_tenth = self._tenths(initial) + 1  # the next 10% mark past the starting point
         self.bar = None
         if sys.stderr.isatty():
             from tqdm import tqdm
 
-            self.bar = tqdm(total=total, desc=desc, mininterval=1.0, leave=False)
+            self.bar = tqdm(total=total, initial=initial, desc=desc, mininterval=1.0, leave=False)
+
+    def _tenths(self, done):
+        return 10 * done // max(self.total, 1)
 
     def update(self, n=1):
         self.done += n
         if self.bar is not None:
             self.bar.update(n)
-        elif self.done >= self.next_mark * self.total:
+        elif self._tenths(self.done) >= self.next_tenth:
             elapsed = time.perf_counter() - self.t0
-            eta = elapsed * (self.total - self.done) / max(self.done, 1)
+            eta = elapsed * (self.total - self.done) / max(self.done - self.initial, 1)
             self.log(f"    {self.desc}: {self.done}/{self.total} steps, {elapsed:.0f}s elapsed, ~{eta:.0f}s left")
-            self.next_mark += 0.1
+            self.next_tenth = self._tenths(self.done) + 1
 
     def close(self):
         if self.bar is not None:

@@ -17,7 +17,7 @@ import numpy as np
 import torch
 
 from derive import __version__
-from derive.results import Check
+from derive.results import Check, remove_stale_temporaries
 from numeric.experiments import chain, dynamics, replay, rules, speed, sticky, typicality, windtunnel
 from numeric.experiments.frame import frame_precision
 from numeric.experiments import stats as st
@@ -73,28 +73,53 @@ def _mu_draws(base):
 
 
 class Cache:
+    """Experiment outputs under DIR/cache, one file per (name, config, device, code version). Entries are
+    loaded with torch.load(weights_only=True) (tensors, plain data and the classes sticky.SAFE_GLOBALS
+    names: a file in a shared directory cannot run code); a corrupt or truncated entry is reported,
+    deleted and recomputed; temporaries left by an interrupted save are removed."""
+
     def __init__(self, root):
         self.root = Path(root) / "cache"
+        self._swept = False
 
     def key(self, name, cfg, device):
         blob = json.dumps({"name": name, "cfg": repr(cfg), "device": device, "version": __version__}, sort_keys=True)
         return self.root / f"{name}-{hashlib.sha256(blob.encode()).hexdigest()[:16]}.pt"
 
+    def sweep(self, log):
+        """Once per run: remove the temporaries of saves an earlier process did not finish."""
+        if not self._swept:
+            remove_stale_temporaries(self.root, ("*.tmp",), log=log)
+            self._swept = True
+
+    def load(self, path, log):
+        """The entry at `path`, or None if there is none or it is corrupt (then it is reported and deleted)."""
+        if not path.exists():
+            return None
+        try:
+            return sticky.load(path)
+        except Exception as exc:  # truncated zip, garbage, a pickle of something not allowed
+            sticky.discard_corrupt(path, exc, log)
+            return None
+
     def get_or_run(self, name, cfg, device, fn, log):
+        self.sweep(log)
         path = self.key(name, cfg, device)
-        if path.exists():
+        out = self.load(path, log)
+        if out is not None:
             log(f"  cached   {name} ({path.name})")
-            return torch.load(path, weights_only=False)
+            return out
         out = fn()
         sticky.save_atomic(out, path)
         return out
 
 
 class ExperimentStage:
-    def __init__(self, results, profile, device, seed, out_dir, log=print, typicality=False):
-        """`typicality`: also train the typicality study (otherwise its cached results are read if present)."""
+    def __init__(self, results, profile, device, seed, out_dir, log=print, typicality=False, threads=None):
+        """`typicality`: also train the typicality study (otherwise its cached results are read if present).
+        `threads`: torch threads for the stage (default: see `thread_count`)."""
         self.results, self.profile, self.device, self.seed, self.log = results, profile, device, seed, log
-        self.run_typicality = typicality
+        self.run_typicality, self.threads = typicality, threads
         self.cfgs = profile_configs(profile, device)
         for key in ("main", "mstep", "replay", "sweep", "exact", "speed", "dynamics", "tunnel"):
             self.cfgs[key].validate()
@@ -104,8 +129,20 @@ class ExperimentStage:
         self.data = results.experiments
         self._measurements = {}  # claim -> the keyword arguments of its rule (rules.py), for the controls
 
+    def thread_count(self):
+        """The `threads` given, else OMP_NUM_THREADS / MKL_NUM_THREADS when the user set one, else
+        min(2, CPU count) (the stage was measured on 2 cores)."""
+        if self.threads:
+            return int(self.threads)
+        for name in ("OMP_NUM_THREADS", "MKL_NUM_THREADS"):
+            text = os.environ.get(name, "").strip()
+            if text.isdigit() and int(text) > 0:
+                return int(text)
+        return min(2, os.cpu_count() or 1)
+
     def run(self):
-        torch.set_num_threads(min(2, os.cpu_count() or 1))
+        torch.set_num_threads(self.thread_count())
+        self.results.environment.setdefault("threads", torch.get_num_threads())
         self.sticky_replay()
         self.typicality()
         self.sticky_main()
@@ -125,11 +162,18 @@ class ExperimentStage:
         partial = self.cache.key(name, cfg, self.device).with_suffix(".partial")
 
         def run():
-            if partial.exists():
-                self.log(f"  resuming {name} from {partial.name}")
-            bar = Progress(cfg.steps, f"{name} ({len(cfg.arms)} arms x {len(cfg.seeds)} seeds)", self.log)
+            desc = f"{name} ({len(cfg.arms)} arms x {len(cfg.seeds)} seeds)"
+            bar = None
+
+            def start(step):  # after the saved state was read: the bar counts from the resumed step
+                nonlocal bar
+                if step:
+                    self.log(f"  resuming {name} at step {step}/{cfg.steps} from {partial.name}")
+                bar = Progress(cfg.steps, desc, self.log, initial=step)
+
             t0 = time.perf_counter()
-            r = sticky.train(cfg, self.device, progress=lambda s: bar.update(1), state_path=partial)
+            r = sticky.train(cfg, self.device, progress=lambda s: bar.update(1), state_path=partial, on_start=start,
+                             log=self.log)
             bar.close()
             partial.unlink(missing_ok=True)
             return {"run": r, "seconds": time.perf_counter() - t0}

@@ -9,13 +9,13 @@ time, dense masked attention, torch.autograd; the exactness check compares the t
 from __future__ import annotations
 
 import math
-import os
-import tempfile
 from dataclasses import dataclass
 from pathlib import Path
 
+import numpy as np
 import torch
 
+from derive.results import atomic_write
 from numeric.experiments import chain
 from numeric.experiments.config import positive, positive_ints
 from numeric.generated import attention as gen
@@ -288,10 +288,12 @@ class Run:
     values: list  # per checkpoint: W_V (A, S, d_in, d_v)
 
 
-def train(cfg, device="cpu", progress=None, state_path=None, save_every=100):
+def train(cfg, device="cpu", progress=None, state_path=None, save_every=100, on_start=None, log=print):
     """All seeds and arms at once. `progress(step)` is called after every step. With `state_path`,
     the state is saved atomically every `save_every` steps and a run finds and resumes it (training
-    is deterministic full-batch descent, so a resumed run equals an uninterrupted one)."""
+    is deterministic full-batch descent, so a resumed run equals an uninterrupted one); a state that
+    cannot be read or does not fit `cfg` is reported through `log`, deleted, and training starts over.
+    `on_start(step)` is called once with the step training starts from (0, or the resumed step)."""
     cfg.validate()
     data = make_data(cfg, device)
     params = init_params(cfg, device)
@@ -303,10 +305,12 @@ def train(cfg, device="cpu", progress=None, state_path=None, save_every=100):
     marks = sorted({round(cfg.steps * c / (cfg.checkpoints - 1)) for c in range(cfg.checkpoints)}) if cfg.checkpoints > 1 \
         else [cfg.steps]
     losses, tracked, values, start = [], [], [], 0
-    if state_path is not None and Path(state_path).exists():
-        saved = torch.load(state_path, weights_only=False)
-        params = [p.to(device) for p in saved["params"]]
+    saved = _resume(state_path, params, marks, cfg.steps, log) if state_path is not None else None
+    if saved is not None:
+        params = [p.to(device, cfg.torch_dtype) for p in saved["params"]]
         losses, tracked, values, start = saved["losses"], saved["tracked"], saved["values"], saved["step"]
+    if on_start:
+        on_start(start)
     for step in range(start, cfg.steps + 1):
         if state_path is not None and step > start and step % save_every == 0:
             state = {"params": [p.cpu() for p in params], "losses": losses, "tracked": tracked, "values": values,
@@ -328,13 +332,63 @@ def train(cfg, device="cpu", progress=None, state_path=None, save_every=100):
 
 
 def save_atomic(obj, path):
-    """torch.save to a temporary file beside `path`, then rename: a reader never sees half a file."""
-    path = Path(path)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(dir=path.parent, suffix=".tmp")
-    os.close(fd)
-    torch.save(obj, tmp)
-    os.replace(tmp, path)
+    """torch.save to a temporary file beside `path`, then rename: a reader never sees half a file. The file
+    gets the usual mode (umask respected); a temporary an interrupted save leaves is removed by the next run."""
+    return atomic_write(path, lambda fh: torch.save(obj, fh), binary=True)
+
+
+# What a cache entry or saved state may hold besides tensors and plain data: the Run record and numpy
+# scalars and arrays (evaluation dicts hold numpy floats). Loads are weights_only: nothing else is unpickled.
+_NP_CORE = getattr(np, "_core", None) or np.core
+SAFE_GLOBALS = [Run, _NP_CORE.multiarray.scalar, _NP_CORE.multiarray._reconstruct, np.ndarray, np.dtype]
+
+
+def load(path):
+    """torch.load of a cache entry or saved state, restricted to tensors, plain data and SAFE_GLOBALS."""
+    safe = getattr(torch.serialization, "safe_globals", None)
+    if safe is None:  # torch < 2.5: the allow-list is process-wide
+        torch.serialization.add_safe_globals(SAFE_GLOBALS)
+        return torch.load(path, map_location="cpu", weights_only=True)
+    with safe(SAFE_GLOBALS):
+        return torch.load(path, map_location="cpu", weights_only=True)
+
+
+def discard_corrupt(path, exc, log=print):
+    """Report and delete a corrupt cache entry (a `.pt` or a `.partial`), so that it is recomputed."""
+    reason = (f"{type(exc).__name__}: {exc}".splitlines() or [type(exc).__name__])[0][:200]
+    log(f"  discarding corrupt cache entry {Path(path).name}: {reason}")
+    Path(path).unlink(missing_ok=True)
+
+
+def _resume(state_path, params, marks, steps, log):
+    """The state saved at `state_path` if there is one that fits this run; a corrupt one is discarded."""
+    path = Path(state_path)
+    if not path.exists():
+        return None
+    try:
+        saved = load(path)
+        _check_state(saved, params, marks, steps)
+    except Exception as exc:
+        discard_corrupt(path, exc, log)
+        return None
+    return saved
+
+
+def _check_state(saved, params, marks, steps):
+    if not isinstance(saved, dict) or not {"params", "losses", "tracked", "values", "step"} <= set(saved):
+        raise ValueError("not a saved training state")
+    step = saved["step"]
+    if not isinstance(step, int) or not 0 < step <= steps:
+        raise ValueError(f"step {step!r} outside 1..{steps}")
+    got = saved["params"]
+    if (not isinstance(got, list) or len(got) != len(params)
+            or any(not isinstance(g, torch.Tensor) or g.shape != p.shape for g, p in zip(got, params))):
+        raise ValueError("parameters do not fit this configuration")
+    if not isinstance(saved["losses"], list) or len(saved["losses"]) != step:
+        raise ValueError(f"{len(saved['losses'])} losses for step {step}")
+    seen = sum(1 for m in marks if m < step)
+    if any(not isinstance(saved[k], list) or len(saved[k]) != seen for k in ("tracked", "values")):
+        raise ValueError(f"checkpoints do not fit step {step}")
 
 
 def probabilities_loss(params, data, scale, blocks):
