@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import argparse
 import os
+import signal
 import sys
 import time
 from pathlib import Path
@@ -78,6 +79,8 @@ def check_out(out):
     path = Path(out)
     if path.exists() and not path.is_dir():
         raise UsageError(f"--out {out}: exists and is not a directory")
+    if path.is_symlink() and not path.exists():
+        raise UsageError(f"--out {out}: a symbolic link to nothing")
     if path.is_dir():
         if not os.access(path, os.W_OK | os.X_OK):
             raise UsageError(f"--out {out}: directory is not writable")
@@ -181,10 +184,8 @@ def run_stage(stage, results, args, profile, only_claims):
         report(results, args.out)
     seconds = time.perf_counter() - t0
     checks = [c for c in results.checks if c.stage == stage]
-    status = "fail" if any(c.status == "fail" for c in checks) else (
-        "skipped" if all(c.status == "skipped" for c in checks) else "pass")
     env = results.environment
-    results.stages[stage] = {"status": status, "seconds": round(seconds, 3), "checks": len(checks),
+    results.stages[stage] = {"status": stage_status(checks), "seconds": round(seconds, 3), "checks": len(checks),
                              "profile": env.get("profile"), "device": env.get("device"), "seed": args.seed}
 
 
@@ -332,6 +333,22 @@ def report_only(args, previous, only_claims):
 
 
 def main(argv=None):
+    """SIGTERM ends a run as an exception would (exit status 143): a save in progress removes its temporary."""
+    def terminate(signum, frame):
+        raise SystemExit(128 + signum)
+
+    try:
+        previous = signal.signal(signal.SIGTERM, terminate)
+    except ValueError:  # not the main thread: leave signals alone
+        previous = None
+    try:
+        return _main(argv)
+    finally:
+        if previous is not None:
+            signal.signal(signal.SIGTERM, previous)
+
+
+def _main(argv):
     args = parse_args(sys.argv[1:] if argv is None else argv)
     if hasattr(sys.stdout, "reconfigure"):  # progress lines reach a log file as they are printed
         sys.stdout.reconfigure(line_buffering=True)

@@ -340,7 +340,8 @@ def save_atomic(obj, path):
 # What a cache entry or saved state may hold besides tensors and plain data: the Run record and numpy
 # scalars and arrays (evaluation dicts hold numpy floats). Loads are weights_only: nothing else is unpickled.
 _NP_CORE = getattr(np, "_core", None) or np.core
-SAFE_GLOBALS = [Run, _NP_CORE.multiarray.scalar, _NP_CORE.multiarray._reconstruct, np.ndarray, np.dtype]
+_NP_DTYPES = list(dict.fromkeys(type(np.dtype(code)) for code in "?bhilqpBHILQPefdgFDGUSMm"))  # not object
+SAFE_GLOBALS = [Run, _NP_CORE.multiarray.scalar, _NP_CORE.multiarray._reconstruct, np.ndarray, np.dtype, *_NP_DTYPES]
 
 
 def load(path):
@@ -355,7 +356,11 @@ def load(path):
 
 def discard_corrupt(path, exc, log=print):
     """Report and delete a corrupt cache entry (a `.pt` or a `.partial`), so that it is recomputed."""
-    reason = (f"{type(exc).__name__}: {exc}".splitlines() or [type(exc).__name__])[0][:200]
+    text = str(exc)
+    if "WeightsUnpickler error:" in text:  # torch's message leads with advice; the reason follows this marker
+        text = text.split("WeightsUnpickler error:", 1)[1]
+    lines = [line.strip() for line in text.splitlines() if line.strip()]
+    reason = f"{type(exc).__name__}: {lines[0] if lines else 'no detail'}"[:200]
     log(f"  discarding corrupt cache entry {Path(path).name}: {reason}")
     Path(path).unlink(missing_ok=True)
 
