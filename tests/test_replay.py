@@ -175,3 +175,31 @@ def test_profiles_replay_the_papers_seeds_on_the_authors_streams():
         assert r.steps == (replay.QUICK_STEPS if name == "quick" else replay.AUTHORS_STEPS)
         assert {c.stream for c in cfgs["typicality"].values()} == set(typicality.PROTOCOLS)
     assert len(TYPICALITY_SEEDS) >= 50 and not set(TYPICALITY_SEEDS) & set(sticky.PAPER_SEEDS)
+
+
+def test_typicality_is_read_from_the_cache_but_never_retrained_unasked(tmp_path):
+    from derive.results import Results
+    from numeric.experiments.stage import ExperimentStage
+
+    def stage(flag):
+        st_ = ExperimentStage(Results({}), "quick", "cpu", 0, tmp_path, log=lambda *a: None, typicality=flag)
+        st_.data["sticky_replay"] = {}
+        return st_
+
+    quiet = stage(False)
+    quiet._train = lambda *a: pytest.fail("the study was trained without --typicality")
+    quiet.typicality()
+    assert "typicality" not in quiet.data  # nothing cached: nothing reported, nothing trained
+    loud = stage(True)
+    loud.typicality()
+    assert set(loud.data["typicality"]["protocols"]) == set(typicality.PROTOCOLS)
+    again = stage(False)
+    again._train = lambda *a: pytest.fail("a cached study was retrained")
+    again.typicality()
+    assert again.data["typicality"]["protocols"] == loud.data["typicality"]["protocols"]
+    path = again.cache.key("typicality-ours", again.cfgs["typicality"]["ours"], "cpu")
+    path.write_bytes(b"truncated")
+    broken = stage(False)
+    broken._train = lambda *a: pytest.fail("a corrupt cached study was retrained")
+    broken.typicality()
+    assert "typicality" not in broken.data and not path.exists()
