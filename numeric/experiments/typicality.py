@@ -101,6 +101,11 @@ def summary(study):
             f"{e['em_like']['final_loss_mean']:.3f} ({e['em_like']['final_loss_ci95'][0]:.3f}-"
             f"{e['em_like']['final_loss_ci95'][1]:.3f}), speedup {e['speedup']:.2f}x "
             f"({e['speedup_ci95'][0]:.2f}-{e['speedup_ci95'][1]:.2f}); of random 5-seed subsets, "
-            f"{100 * frac['em_like_final_loss']:.0f}% reach EM-like <= {study['reference']['em_like_final_loss']:.3f} and "
-            f"{100 * frac['speedup']:.0f}% a speedup >= {study['reference']['speedup']:.2f}x")
+            f"{100 * frac['em_like_final_loss']:.1f}% reach EM-like <= {study['reference']['em_like_final_loss']:.3f} and "
+            f"{100 * frac['speedup']:.1f}% a speedup >= {study['reference']['speedup']:.2f}x")
+    diff = study.get("difference_authors_minus_ours")
+    if diff:
+        parts.append("authors' minus our protocol: " + ", ".join(
+            f"{arm} {d['difference']:+.3f} (95% CI {d['ci95'][0]:+.3f} to {d['ci95'][1]:+.3f}, p {d['p_value']:.2g})"
+            for arm, d in diff.items()))
     return "; ".join(parts)
