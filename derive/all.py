@@ -52,7 +52,7 @@ def parse_args(argv):
                         "set, else min(2, CPU count)); the numeric stage's benchmarks stay pinned to 1")
     p.add_argument("--typicality", action="store_true",
                    help="experiments stage: also train the typicality study (both arms on 50 further seeds under the "
-                        "authors' random protocol and under ours; about 40 minutes on 2 CPU cores). Without it, the "
+                        "authors' random protocol and under ours; about 45 minutes on 2 CPU cores). Without it, the "
                         "study's cached results in OUT/cache are reported when present")
     args = p.parse_args(argv)
     args.stages = [s.strip() for s in args.only.split(",") if s.strip()]

@@ -352,10 +352,10 @@ def test_without_typicality_the_report_says_how_to_run_it(tmp_path):
     del r["experiments"]["typicality"]
     html, tex = _render(tmp_path, r)
     assert ('<p id="typicality-howto">Typicality study: not run. It is opt-in: '
-            "<code>python -m derive.all --only experiments --typicality</code> (about 40 minutes on 2 CPU cores); "
+            "<code>python -m derive.all --only experiments --typicality</code> (about 45 minutes on 2 CPU cores); "
             "the report reads the cached study whenever it is present.</p>") in html
     assert (r"Typicality study: not run. It is opt-in: \texttt{python -m derive.all -{}-only experiments -{}-typicality} "
-            "(about 40 minutes on 2 CPU cores)") in tex
+            "(about 45 minutes on 2 CPU cores)") in tex
     assert 'id="typicality-table"' not in html and "fig-typicality" not in html
 
 
