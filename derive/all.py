@@ -22,11 +22,10 @@ from pathlib import Path
 from derive import claims as registry
 from derive import verdict
 from derive.claimfile import ClaimFileError
-from derive.results import Results, ResultsError, environment
+from derive.results import THREAD_ENV, Results, ResultsError, default_threads, environment
 from derive.stage import PROFILES, DeriveStage
 
 STAGES = ("derive", "codegen", "numeric", "experiments", "report")
-THREAD_ENV = ("OMP_NUM_THREADS", "MKL_NUM_THREADS")
 # results.json `derive` entries written by a stage other than derive, and kill-matrix columns likewise
 DERIVE_KEYS = {"fuzz": "numeric"}
 KILL_COLUMNS = {"numeric": "numeric"}
@@ -108,15 +107,6 @@ def load_previous(out, stages):
         raise UsageError(f"{exc}; nothing was run or overwritten (move the file away or choose another --out)") from exc
 
 
-def threads_from_env():
-    """The thread count a user set through OMP_NUM_THREADS / MKL_NUM_THREADS (the first valid), else None."""
-    for name in THREAD_ENV:
-        text = os.environ.get(name, "").strip()
-        if text.isdigit() and int(text) > 0:
-            return int(text)
-    return None
-
-
 def resolve_threads(requested):
     """--threads N, else the count set in the environment, else min(2, CPU count). With --threads the
     environment is set too, so torch (imported later) and worker processes see the same count."""
@@ -126,7 +116,7 @@ def resolve_threads(requested):
         if "torch" in sys.modules:
             sys.modules["torch"].set_num_threads(requested)
         return requested
-    return threads_from_env() or min(2, os.cpu_count() or 1)
+    return default_threads()
 
 
 def load_claims(args):

@@ -39,6 +39,18 @@ PAPER_STATEMENTS = {
 }
 
 
+THREAD_ENV = ("OMP_NUM_THREADS", "MKL_NUM_THREADS")
+
+
+def default_threads():
+    """The thread count a user set through OMP_NUM_THREADS / MKL_NUM_THREADS (the first valid one), else
+    min(2, CPU count): the torch stages were measured on 2 cores."""
+    for name in THREAD_ENV:
+        text = os.environ.get(name, "").strip()
+        if text.isdigit() and int(text) > 0:
+            return int(text)
+    return min(2, os.cpu_count() or 1)
+
 @dataclass
 class Check:
     id: str

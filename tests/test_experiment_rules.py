@@ -254,3 +254,14 @@ def test_wind_tunnel_evaluate_has_intervals():
     assert ev["bootstrap"]["sequences"] == 16 and ev["bootstrap"]["resamples"] == windtunnel.BOOTSTRAP_RESAMPLES
     assert {"within_symbol", "kl_bits", "pca_points"} <= set(ev)
     assert rules.e5({"sgd": ev}).verdict in rules.VERDICTS
+
+
+def test_e1_replay_compares_at_the_printed_precision():
+    paper = {"sgd_final_loss": 2.03, "em_like_final_loss": 1.93, "speedup": 2.3, "em_steps": 430}
+    got = {"sgd_final_loss": 2.030977, "em_like_final_loss": 1.93193, "speedup": 2.184, "em_steps": [746, 282, 345, 394, 522]}
+    assert rules.printed_decimals(2.03) == 2 and rules.printed_decimals(2.3) == 1 and rules.printed_decimals(430) == 0
+    r = rules.e1_replay(got, paper)
+    assert r.verdict == "partly-reproduced" and "speedup 2.184 (paper 2.3)" in r.reason and "457.8" in r.reason
+    assert rules.e1_replay({**got, "speedup": 2.27}, paper).verdict == "reproduced"
+    assert rules.e1_replay({**got, "em_like_final_loss": 1.9381}, paper).verdict == "not-reproduced"
+    assert rules.e1_replay({**got, "sgd_final_loss": 2.0249}, paper).verdict == "not-reproduced"

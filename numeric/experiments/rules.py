@@ -96,6 +96,32 @@ def e1(sgd, em, steps, paper_speedup, seed=0, resamples=E1_RESAMPLES):
                                      f"the speedup interval", measured)
 
 
+def printed_decimals(value):
+    """Digits after the point of a figure as printed (2.03 -> 2, 2.3 -> 1, 430 -> 0)."""
+    text = repr(float(value))
+    return len(text.split(".")[1].rstrip("0")) if "." in text else 0
+
+
+def e1_replay(replayed, paper):
+    """E1 on the paper's own streams, where there is no sampling error left: do the printed figures come
+    out? replayed/paper: {"sgd_final_loss", "em_like_final_loss", "speedup"} (means over the paper's
+    seeds), replayed also "em_steps" (per seed) and paper "em_steps" (their mean). Each figure is compared
+    at the precision the paper prints it. Reproduced: all three; partly: the two final losses but not the
+    speedup; not reproduced: a final loss differs."""
+    names = {"sgd_final_loss": "SGD final loss", "em_like_final_loss": "EM-like final loss", "speedup": "speedup"}
+    digits = {k: printed_decimals(paper[k]) for k in names}
+    match = {k: round(float(replayed[k]), digits[k]) == float(paper[k]) for k in names}
+    text = ", ".join(f"{names[k]} {float(replayed[k]):.{digits[k] + 2}f} (paper {paper[k]})" for k in names)
+    steps = f"EM-like steps to SGD's final loss {np.mean(replayed['em_steps']):.1f} (paper {paper['em_steps']})"
+    measured = {"match_at_printed_precision": match, "digits": digits}
+    if not (match["sgd_final_loss"] and match["em_like_final_loss"]):
+        return Rule("not-reproduced", f"a final loss differs from the printed one: {text}; {steps}", measured)
+    if match["speedup"]:
+        return Rule("reproduced", f"{text}; {steps}", measured)
+    return Rule("partly-reproduced", f"the final losses come out as printed but the speedup does not: {text}; {steps}",
+                measured)
+
+
 # -- E2: predictive entropy reaches H_min ----------------------------------------------------------------
 # r = |H - H_min| / (ln m - H_min): the fraction of the uniform-to-H_min distance still to go, judged by
 # the upper end of its 95% t-interval over seeds (the mean with one seed). An arm is "at H_min" when at

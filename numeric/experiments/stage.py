@@ -17,7 +17,7 @@ import numpy as np
 import torch
 
 from derive import __version__
-from derive.results import Check, remove_stale_temporaries
+from derive.results import Check, default_threads, remove_stale_temporaries
 from numeric.experiments import chain, dynamics, replay, rules, speed, sticky, typicality, windtunnel
 from numeric.experiments.frame import frame_precision
 from numeric.experiments import stats as st
@@ -130,15 +130,8 @@ class ExperimentStage:
         self._measurements = {}  # claim -> the keyword arguments of its rule (rules.py), for the controls
 
     def thread_count(self):
-        """The `threads` given, else OMP_NUM_THREADS / MKL_NUM_THREADS when the user set one, else
-        min(2, CPU count) (the stage was measured on 2 cores)."""
-        if self.threads:
-            return int(self.threads)
-        for name in ("OMP_NUM_THREADS", "MKL_NUM_THREADS"):
-            text = os.environ.get(name, "").strip()
-            if text.isdigit() and int(text) > 0:
-                return int(text)
-        return min(2, os.cpu_count() or 1)
+        """The `threads` given, else derive.results.default_threads() (the user's OMP/MKL setting, or 2)."""
+        return int(self.threads) if self.threads else default_threads()
 
     def run(self):
         torch.set_num_threads(self.thread_count())
@@ -381,21 +374,9 @@ class ExperimentStage:
                    f"{rp['max_loss_error']:.1e}, EM-like steps {rp.get('em_steps')} vs {rp.get('authors_em_steps')})")
             return {cid: ("not-reproduced", why) for cid in ("E1", "E2", "E3")}
         pp, a = r["paper"], rp["arms"]
-        same = f"seed for seed equal to the authors' script (largest loss error {rp['max_loss_error']:.1e})"
-        printed = {"SGD final loss": (rp["sgd_final_loss"], pp["sgd_final_loss"]),
-                   "EM-like final loss": (rp["em_like_final_loss"], pp["em_like_final_loss"]),
-                   "speedup": (rp["speedup"], pp["speedup"])}
-        digits = {k: _decimals(v[1]) for k, v in printed.items()}
-        match = {k: round(v[0], digits[k]) == v[1] for k, v in printed.items()}
-        text = ", ".join(f"{k} {v[0]:.{digits[k] + 2}f} (paper {v[1]})" for k, v in printed.items())
-        steps = f"EM-like steps to SGD's final loss {np.mean(rp['em_steps']):.1f} (paper {pp['em_steps']})"
-        if all(match.values()):
-            e1 = ("reproduced", f"{text}; {steps}; {same}")
-        elif match["SGD final loss"] and match["EM-like final loss"]:
-            e1 = ("partly-reproduced", f"the final losses come out as printed but the speedup does not: {text}; {steps}; "
-                                       f"{same}")
-        else:
-            e1 = ("not-reproduced", f"{text}; {steps}; {same}")
+        rule = rules.e1_replay(rp, pp)
+        e1 = (rule.verdict, f"{rule.reason}; seed for seed equal to the authors' script (largest loss error "
+                            f"{rp['max_loss_error']:.1e})")
         e2 = rules.e2(a["sgd"]["final_entropy_per_seed"], a["em_like"]["final_entropy_per_seed"], r["h_min"],
                       self.cfgs["replay"].symbols)
         e3 = rules.e3(*({"loss": a[arm]["final_loss_per_seed"], "entropy": a[arm]["final_entropy_per_seed"],
@@ -516,12 +497,6 @@ def _curve(losses, points=200):
     mean = L[:, idx].mean(0)
     half = [st.mean_ci(L[:, i])[1] for i in idx] if L.shape[0] > 1 else [float("nan")] * len(idx)
     return {"step": idx.tolist(), "mean": mean.tolist(), "ci95": [float(h) for h in half]}
-
-
-def _decimals(value):
-    """Digits after the point of a printed figure (2.03 -> 2, 2.3 -> 1)."""
-    text = repr(float(value))
-    return len(text.split(".")[1].rstrip("0")) if "." in text else 0
 
 
 def _plain(obj):
