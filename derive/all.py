@@ -49,10 +49,11 @@ def parse_args(argv):
     p.add_argument("--threads", type=_positive_int, default=None, metavar="N",
                    help="torch threads for the experiments stage (default: OMP_NUM_THREADS or MKL_NUM_THREADS when "
                         "set, else min(2, CPU count)); the numeric stage's benchmarks stay pinned to 1")
-    p.add_argument("--typicality", action="store_true",
-                   help="experiments stage: also train the typicality study (both arms on 50 further seeds under the "
-                        "authors' random protocol and under ours; about 45 minutes on 2 CPU cores). Without it, the "
-                        "study's cached results in OUT/cache are reported when present")
+    p.add_argument("--extended", "--typicality", dest="extended", action="store_true",
+                   help="experiments stage: also train the opt-in studies of the default profile: the typicality "
+                        "study (both arms on 50 further seeds under the authors' random protocol and under ours; about "
+                        "45 minutes on 2 CPU cores) and the value/routing LR-ratio sweep (about 4 minutes). Without it, "
+                        "their cached results in OUT/cache are reported when present")
     args = p.parse_args(argv)
     args.stages = [s.strip() for s in args.only.split(",") if s.strip()]
     unknown = [s for s in args.stages if s not in STAGES]
@@ -167,7 +168,7 @@ def run_stage(stage, results, args, profile, only_claims):
         from numeric.experiments.stage import ExperimentStage
 
         ExperimentStage(results, profile.name, results.environment["device"], args.seed, args.out,
-                        typicality=args.typicality, threads=results.environment.get("threads")).run()
+                        extended=args.extended, threads=results.environment.get("threads")).run()
     else:
         from reports.render import run_stage as report
 
@@ -177,6 +178,16 @@ def run_stage(stage, results, args, profile, only_claims):
     env = results.environment
     results.stages[stage] = {"status": stage_status(checks), "seconds": round(seconds, 3), "checks": len(checks),
                              "profile": env.get("profile"), "device": env.get("device"), "seed": args.seed}
+
+
+def claim_catalogue():
+    """Every registered claim's facts (name, statement, ref), analytic then empirical: the two registries
+    joined here, where the CLI may import across packages."""
+    from numeric.experiments import registry as empirical
+
+    out = {c.id: {"name": c.name, "statement": c.statement, "ref": c.ref, "kind": c.kind} for c in registry.claims()}
+    out.update(empirical.catalogue())
+    return out
 
 
 def stage_status(checks):
@@ -229,7 +240,7 @@ def merge(previous, fresh, ran, only_claims):
         if mine:
             info.update(status=stage_status(mine), checks=len(mine))
     env = dict(fresh.environment)
-    return Results(env, checks, claims, benchmarks, experiments, derive, stages)
+    return Results(env, checks, claims, benchmarks, experiments, derive, stages, catalogue=fresh.catalogue)
 
 
 def _merge_kill(old, new, rerun):
@@ -253,7 +264,7 @@ def _analytic_entry(cid, claim):
 
 def recompute_verdicts(results):
     """Every analytic claim's verdict from the checks naming it (derive.verdict), as a pure function of them:
-    one without checks is left out (not-run). Claims set by the experiments stage are left as they are."""
+    one without checks is left out (not-run). Empirical claims likewise, from their rule checks (kind `rule`)."""
     by_claim = {}
     for c in results.checks:
         by_claim.setdefault(c.claim, []).append(c)
@@ -266,6 +277,11 @@ def recompute_verdicts(results):
         if "parts" in entry and cid not in {c.id for c in registered}:
             v = verdict.analytic(by_claim[cid])
             entry.update(v)
+    empirical = [cid for cid, facts in results.catalogue.items() if facts.get("kind") == "empirical"]
+    for cid in empirical:
+        if any(c.kind == "rule" for c in by_claim.get(cid, [])):
+            results.claims.pop(cid, None)
+    verdict.assign_empirical(results, empirical)
 
 
 def selected_claims(only_claims):
@@ -354,7 +370,7 @@ def _main(argv):
     if args.stages == ["report"]:
         return report_only(args, previous, only_claims)
     profile = PROFILES["quick" if args.quick else "default"]
-    fresh = Results(environment(profile.name, device, args.seed, threads))
+    fresh = Results(environment(profile.name, device, args.seed, threads), catalogue=claim_catalogue())
     t0 = time.perf_counter()
     ran = [s for s in STAGES if s in args.stages]
     for stage in ran:

@@ -13,32 +13,10 @@ from pathlib import Path
 SCHEMA_VERSION = 1
 # Files this process writes are newer than this; a temporary left by an interrupted save is older.
 PROCESS_START = time.time()
-KINDS = ("proof", "negative-control", "numeric", "benchmark", "experiment", "report")
+KINDS = ("proof", "negative-control", "numeric", "benchmark", "experiment", "rule", "report")
 STATUSES = ("pass", "fail", "skipped")
 VERDICTS = ("proved", "disproved", "undecided", "confirmed", "reproduced", "partly-reproduced", "not-reproduced", "failed",
             "not-run")
-PAPER_CLAIMS = {
-    "C1": "score-advantage", "C2": "value-responsibility", "C3": "query-gradient", "C4": "key-gradient",
-    "C5": "upstream-ce", "C6": "score-zero-sum", "C7": "attention-compatibility", "C8": "parameter-gradients",
-    "C9": "saturation (two timescales)", "C10": "EM M-step",
-    "E1": "em-speedup", "E2": "entropy-near-bayes", "E3": "sharper-em", "E4": "frame-precision",
-    "E5": "value-manifold", "E6": "advantage-predicts-routing", "E7": "specialisation",
-}
-
-
-# What the paper says for each empirical claim, shown next to our measurement.
-PAPER_STATEMENTS = {
-    "E1": r"the EM-like schedule reaches the SGD arm's final loss $\sim 2.3\times$ sooner (430 vs 1000 steps)",
-    "E2": r"both arms' predictive entropy is close to $H_{\min} = H(Y_t \mid Y_{t-1}) = 1.8292$ nats",
-    "E3": "EM-like ends with lower loss, lower entropy and higher accuracy than SGD",
-    "E4": "attention (the frame) stabilises early while values (the precision) keep refining",
-    "E5": "values collapse onto a low-dimensional manifold whose leading coordinate tracks posterior entropy "
-          "(Paper I: PC1 explains 84-90%)",
-    "E6": r"the sign of $-A_{ij}$ predicts the sign of the change of $\alpha_{ij}$ after a small step",
-    "E7": "values specialise toward the error signals of the queries that route to them",
-}
-
-
 THREAD_ENV = ("OMP_NUM_THREADS", "MKL_NUM_THREADS")
 
 
@@ -85,6 +63,9 @@ class Results:
     experiments: dict = field(default_factory=dict)
     derive: dict = field(default_factory=dict)  # kill matrix, scaling table, path timings
     stages: dict = field(default_factory=dict)  # stage -> {status, seconds}
+    # id -> {name, statement, ref, ...} of every claim the run is about, from the claim registries
+    # (derive.claims, numeric.experiments.registry): a claim no stage sets is written as not-run.
+    catalogue: dict = field(default_factory=dict)
 
     def add(self, check: Check):
         if any(c.id == check.id for c in self.checks):
@@ -96,10 +77,12 @@ class Results:
         """Record a verdict; extra fields (statement, ref, derivation, paths) feed the report."""
         if verdict not in VERDICTS:
             raise ValueError(f"claim {cid}: unknown verdict {verdict!r}")
-        old = self.claims.get(cid, {})
-        self.claims[cid] = {**old, "id": cid, "name": name or PAPER_CLAIMS.get(cid, cid), "verdict": verdict,
+        old, facts = self.claims.get(cid, {}), self.catalogue.get(cid, {})
+        self.claims[cid] = {**old, "id": cid, "name": name or facts.get("name", cid), "verdict": verdict,
                             "evidence": evidence, **extra}
-        self.claims[cid].setdefault("statement", PAPER_STATEMENTS.get(cid, ""))
+        for key in ("statement", "ref"):
+            if facts.get(key):
+                self.claims[cid].setdefault(key, facts[key])
 
     def inconsistencies(self):
         """Every place one proof path proved what another disproved with a witness."""
@@ -109,9 +92,9 @@ class Results:
         return [c for c in self.checks if c.status == "fail"]
 
     def to_json(self):
-        claims = {cid: self.claims.get(cid, {"id": cid, "name": name, "verdict": "not-run", "evidence": "stage not run",
-                                             "statement": PAPER_STATEMENTS.get(cid, "")})
-                  for cid, name in PAPER_CLAIMS.items()}
+        claims = {cid: self.claims.get(cid, {"id": cid, "name": facts.get("name", cid), "verdict": "not-run",
+                                             "evidence": "stage not run", "statement": facts.get("statement", "")})
+                  for cid, facts in self.catalogue.items()}
         claims.update({cid: c for cid, c in self.claims.items() if cid not in claims})
         return {
             "schema_version": SCHEMA_VERSION,

@@ -10,6 +10,16 @@ Analytic claims (identities, and inequalities whose identity steps are proved):
 4. the general path proved every identity, masked and unmasked: `proved`;
 5. no proof ran but numeric checks did and passed: `confirmed`; nothing ran: `not-run`;
 6. otherwise `undecided`, with the reasons.
+
+Empirical claims (`empirical`): a rule check (kind `rule`, one per question the claim is asked: the
+paper's streams replayed, fresh streams, or the one measurement) carries its rule's verdict, reason
+and measurements.
+
+1. any failing check that names the claim (a negative control its rule did not reject, an invalid
+   experiment, a rule fed non-finite numbers): `failed`;
+2. no rule check: `not-run`;
+3. otherwise the verdict of the rule check labelled `fresh`, or of the only one; every rule check's
+   verdict is kept under `verdicts`, and the evidence says each in turn.
 """
 from __future__ import annotations
 
@@ -114,3 +124,37 @@ def assign(results, claims):
         results.set_claim(claim.id, v.pop("verdict"), v.pop("evidence"), claim.name, statement=claim.statement,
                           ref=claim.ref, derivation=claim.derivation, kind=claim.kind,
                           parts=[{"name": p.name, "latex": p.latex} for p in claim.parts], **v)
+
+
+def empirical(checks):
+    """{verdict, evidence, verdicts, measured} for one empirical claim, from the checks naming it."""
+    rules = [c for c in checks if c.kind == "rule"]
+    label = lambda c: c.id.rsplit("/", 1)[-1]  # noqa: E731  experiments/E1/verdict/fresh -> fresh
+    verdicts = {label(c): {"verdict": c.measured["verdict"], "reason": c.measured["reason"], "on": c.detail,
+                           **{k: c.measured[k] for k in ("seeds", "measured") if k in c.measured}} for c in rules}
+    failing = [c for c in checks if c.status == "fail"]
+    if failing:
+        names = ", ".join(c.id for c in failing[:6]) + (f" and {len(failing) - 6} more" if len(failing) > 6 else "")
+        return {"verdict": "failed", "evidence": f"failing checks: {names}", "verdicts": verdicts}
+    if not rules:
+        return {"verdict": "not-run", "evidence": "no rule was evaluated", "verdicts": verdicts}
+    main = next((c for c in rules if label(c) == "fresh"), rules[0])
+    if len(rules) == 1:
+        evidence = main.measured["reason"]
+    else:
+        evidence = " ".join(f"{c.detail}: {c.measured['verdict']}: {c.measured['reason']}." for c in rules)
+    context = " ".join(c.measured["context"] for c in rules if c.measured.get("context"))
+    return {"verdict": main.measured["verdict"], "evidence": evidence + (" " + context if context else ""),
+            "verdicts": verdicts if len(rules) > 1 else {}, "measured": main.measured.get("measured", {})}
+
+
+def assign_empirical(results, ids):
+    """Set the verdict of every empirical claim in `ids` that some check names (`empirical`)."""
+    by_claim = defaultdict(list)
+    for c in results.checks:
+        by_claim[c.claim].append(c)
+    for cid in ids:
+        if by_claim.get(cid):
+            v = empirical(by_claim[cid])
+            verdicts = v.pop("verdicts")
+            results.set_claim(cid, v.pop("verdict"), v.pop("evidence"), **({"verdicts": verdicts} if verdicts else {}), **v)

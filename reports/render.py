@@ -113,7 +113,7 @@ def count(value):
 
 DASH = "\u2013"
 AUTHORS_STEPS = 1000  # a full replay of the paper's seeds (a shorter one is the quick profile's)
-TYPICALITY_HOWTO = ("python -m derive.all --only experiments --typicality")
+EXTENDED_HOWTO = "python -m derive.all --only experiments --extended"
 VERDICT_LABELS = (("replay", "paper's streams"), ("fresh", "fresh streams"))
 
 
@@ -358,7 +358,7 @@ def context(results):
         "experiment_controls": [c for c in checks if c["stage"] == "experiments" and c["kind"] == "negative-control"],
         "replay": replay_view(results.get("experiments", {})),
         "fresh_summary": fresh_summary(claims, results.get("experiments", {})),
-        "typicality": typicality_view(results.get("experiments", {})), "typicality_howto": TYPICALITY_HOWTO,
+        "typicality": typicality_view(results.get("experiments", {})), "extended_howto": EXTENDED_HOWTO,
         "stages": results.get("stages", {}), "derive": results.get("derive", {}),
         "commands": [f"python -m derive.all{' --quick' if env.get('profile') == 'quick' else ''} --out DIR",
                      "python -m reports.render DIR", "pip install torch==2.13.0 -e '.[test]' && pytest"],

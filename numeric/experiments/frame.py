@@ -42,6 +42,30 @@ def frame_precision(cfg, run, tol=0.2):
     return out
 
 
+SERIES = ("alpha_js_to_final", "alpha_jsd_to_final", "values_rel_change_to_final", "V_rel_change_to_final")
+STABLE = {"attention_stable_step": "alpha_js_to_final", "attention_jsd_stable_step": "alpha_jsd_to_final",
+          "values_stable_step": "values_rel_change_to_final", "V_stable_step": "V_rel_change_to_final"}
+
+
+def combine(parts):
+    """One frame_precision record from several runs' [(seeds, record)]: per arm, each series is the mean
+    weighted by seeds, of the series of the runs that train the arm,
+    and the stable steps are found again on the combined series. The runs must share checkpoints."""
+    out = {}
+    for arm in dict.fromkeys(a for _, rec in parts for a in rec):
+        have = [(w, rec[arm]) for w, rec in parts if arm in rec]
+        steps, tol = have[0][1]["steps"], have[0][1]["tol"]
+        if any(r["steps"] != steps or r["tol"] != tol for _, r in have):
+            raise ValueError(f"frame records of arm {arm} have different checkpoints or tolerances")
+        total = sum(w for w, _ in have)
+        rec = {"steps": steps, "tol": tol}
+        for key in SERIES:
+            rec[key] = [sum(w * r[key][i] for w, r in have) / total for i in range(len(steps))]
+        rec.update({key: _stable(steps, rec[series], tol) for key, series in STABLE.items()})
+        out[arm] = rec
+    return out
+
+
 def _js(p, q):
     """Jensen–Shannon divergence (nats) of the last-axis distributions p and q."""
     m = 0.5 * (p + q)

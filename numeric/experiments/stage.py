@@ -6,124 +6,66 @@ an experiment is valid (exactness, finiteness, bounds); whether a claim reproduc
 from __future__ import annotations
 
 import dataclasses
-import hashlib
-import json
 import math
-import os
 import time
-from pathlib import Path
 
 import numpy as np
 import torch
 
-from derive import __version__
-from derive.results import Check, default_threads, remove_stale_temporaries
+from derive import profile as profiles
+from derive.results import Check, default_threads
 from numeric.experiments import chain, dynamics, replay, rules, speed, sticky, typicality, windtunnel
-from numeric.experiments.frame import frame_precision
 from numeric.experiments import stats as st
+from numeric.experiments.cache import Cache
+from numeric.experiments.frame import combine as combine_frames, frame_precision
 from numeric.experiments.progress import Progress
+from numeric.experiments.registry import REGISTRY, STICKY_FIGURES
 
-SWEEP_RATIOS = (1, 2, 5, 10, 20, 50)
 ARMS_RATIO = {arm: round(lrs[2] / lrs[0]) for arm, (lrs, _) in sticky.ARMS.items()}  # value / routing LR
-# The authors' sticky-chain figures, written once: verdicts, results.json and the report read them.
-PAPER = {"sgd_final_loss": 2.03, "em_like_final_loss": 1.93, "speedup": 2.3, "speedup_reruns": [2.2, 2.3],
-         "em_steps": 430, "steps": 1000, "h_min": 1.8292}
 
 
-EXTRA_SEEDS = tuple(range(1, 16))  # with the paper's five: 20 seeds in the default profile
-# Other draws of the symbol means mu: "seed 0" read by two other generators, and two other seeds.
-MU_DRAWS = (("torch-float32", 0), ("numpy-legacy", 0), ("torch-float64", 1), ("torch-float64", 2))
+def configs(sizes):
+    """The experiments' configs from a profile's `experiments` section (derive.profile.ExperimentSizes).
 
-
-TYPICALITY_SEEDS = tuple(range(100, 150))  # 50 further seeds for the typicality study (none of the paper's five)
-
-
-def profile_configs(name, device):
-    """Configs of every experiment in a profile. `main` runs the paper's two arms on our streams (fresh
-    seeds); `replay` the paper's seeds on the authors' streams; `mstep` our C10 arm (on the paper's seeds
-    on CPU, on every seed on CUDA), compared with `main`'s SGD on its seeds; `typicality` (opt-in) both
-    protocols on many further seeds."""
-    replay_cfg = sticky.StickyConfig(stream="authors", mu_rng="torch-float32", arms=("sgd", "em_like"), checkpoints=1)
-    if name == "quick":
-        main = sticky.StickyConfig(length=200, steps=150, seeds=(42, 2024, 1), arms=("sgd", "em_like"), blocks=4,
-                                   checkpoints=6, tracked_rows=16)
-        return {"main": main, "mstep": dataclasses.replace(main, arms=("em_mstep",)), "mu": _mu_draws(main),
-                "replay": dataclasses.replace(replay_cfg, steps=replay.QUICK_STEPS),
-                "typicality": typicality.configs(dataclasses.replace(main, length=100, steps=60), range(1, 7)),
-                "sweep": dataclasses.replace(main, seeds=(42, 2024)),
-                "exact": dataclasses.replace(main, steps=10, dtype="float64", checkpoints=1,
-                                             arms=("sgd", "em_like", "em_mstep")),
-                "speed": main, "speed_steps": 10,
-                "dynamics": dynamics.DynamicsConfig(instances=32, train_steps=150),
-                "tunnel": windtunnel.TunnelConfig(steps=200, batch=32, eval_batch=128, length=32)}
-    main = sticky.StickyConfig(seeds=sticky.PAPER_SEEDS + EXTRA_SEEDS, arms=("sgd", "em_like"))
-    return {"main": main, "replay": replay_cfg, "typicality": typicality.configs(main, TYPICALITY_SEEDS),
-            "mstep": dataclasses.replace(main, arms=("em_mstep",),
-                                         seeds=main.seeds if device == "cuda" else sticky.PAPER_SEEDS),
-            "mu": _mu_draws(dataclasses.replace(main, seeds=sticky.PAPER_SEEDS)),
-            "sweep": dataclasses.replace(main, seeds=sticky.PAPER_SEEDS[:3]),
-            "exact": dataclasses.replace(main, steps=5, dtype="float64", checkpoints=1, seeds=sticky.PAPER_SEEDS,
+    `fresh`: one config per group of fresh seeds (our streams, the group's draw of mu), both arms and,
+    in `mstep_groups`, our C10 arm; `replay`: the paper's seeds on the authors' streams; `typicality`
+    (opt-in): both protocols on many further seeds; `sweep` (opt-in in the default profile): the base of
+    the LR-ratio sweep, on seeds of the first group."""
+    x = sizes
+    base = sticky.StickyConfig(length=x.length, steps=x.steps, blocks=x.blocks, checkpoints=x.checkpoints,
+                               tracked_rows=x.tracked_rows, arms=("sgd", "em_like"))
+    fresh = [dataclasses.replace(base, seeds=g.seeds, mu_rng=g.mu_rng, mu_seed=g.mu_seed,
+                                 arms=base.arms + (("em_mstep",) if i in x.mstep_groups else ()))
+             for i, g in enumerate(x.fresh)]
+    first = dataclasses.replace(fresh[0], arms=base.arms)
+    small = dict(length=x.typicality_length, steps=x.typicality_steps)
+    return {"fresh": fresh,
+            "replay": sticky.StickyConfig(stream="authors", mu_rng="torch-float32", arms=("sgd", "em_like"), checkpoints=1,
+                                          blocks=x.blocks, steps=x.replay_steps),
+            "typicality": typicality.configs(dataclasses.replace(base, **small), x.typicality_seeds),
+            "sweep": dataclasses.replace(first, seeds=x.sweep_seeds),
+            "exact": dataclasses.replace(first, steps=x.exact_steps, dtype="float64", checkpoints=1, seeds=x.exact_seeds,
                                          arms=("sgd", "em_like", "em_mstep")),
-            "speed": dataclasses.replace(main, seeds=sticky.PAPER_SEEDS), "speed_steps": 20,
-            "dynamics": dynamics.DynamicsConfig(), "tunnel": windtunnel.TunnelConfig()}
-
-
-def _mu_draws(base):
-    return [dataclasses.replace(base, mu_rng=rng, mu_seed=seed, checkpoints=1) for rng, seed in MU_DRAWS]
-
-
-class Cache:
-    """Experiment outputs under DIR/cache, one file per (name, config, device, code version). Entries are
-    loaded with torch.load(weights_only=True) (tensors, plain data and the classes sticky.SAFE_GLOBALS
-    names: a file in a shared directory cannot run code); a corrupt or truncated entry is reported,
-    deleted and recomputed; temporaries left by an interrupted save are removed."""
-
-    def __init__(self, root):
-        self.root = Path(root) / "cache"
-        self._swept = False
-
-    def key(self, name, cfg, device):
-        blob = json.dumps({"name": name, "cfg": repr(cfg), "device": device, "version": __version__}, sort_keys=True)
-        return self.root / f"{name}-{hashlib.sha256(blob.encode()).hexdigest()[:16]}.pt"
-
-    def sweep(self, log):
-        """Once per run: remove the temporaries of saves an earlier process did not finish."""
-        if not self._swept:
-            remove_stale_temporaries(self.root, ("*.tmp",), log=log)
-            self._swept = True
-
-    def load(self, path, log):
-        """The entry at `path`, or None if there is none or it is corrupt (then it is reported and deleted)."""
-        if not path.exists():
-            return None
-        try:
-            return sticky.load(path)
-        except Exception as exc:  # truncated zip, garbage, a pickle of something not allowed
-            sticky.discard_corrupt(path, exc, log)
-            return None
-
-    def get_or_run(self, name, cfg, device, fn, log):
-        self.sweep(log)
-        path = self.key(name, cfg, device)
-        out = self.load(path, log)
-        if out is not None:
-            log(f"  cached   {name} ({path.name})")
-            return out
-        out = fn()
-        sticky.save_atomic(out, path)
-        return out
+            "speed": dataclasses.replace(first, seeds=x.speed_seeds), "speed_steps": x.speed_steps,
+            "dynamics": dynamics.DynamicsConfig(instances=x.dynamics_instances, train_steps=x.dynamics_train_steps),
+            "tunnel": windtunnel.TunnelConfig(steps=x.tunnel_steps, batch=x.tunnel_batch, eval_batch=x.tunnel_eval_batch,
+                                              length=x.tunnel_length)}
 
 
 class ExperimentStage:
-    def __init__(self, results, profile, device, seed, out_dir, log=print, typicality=False, threads=None):
-        """`typicality`: also train the typicality study (otherwise its cached results are read if present).
-        `threads`: torch threads for the stage (default: see `thread_count`)."""
-        self.results, self.profile, self.device, self.seed, self.log = results, profile, device, seed, log
-        self.run_typicality, self.threads = typicality, threads
-        self.cfgs = profile_configs(profile, device)
-        for key in ("main", "mstep", "replay", "sweep", "exact", "speed", "dynamics", "tunnel"):
+    def __init__(self, results, profile, device, seed, out_dir, log=print, extended=False, threads=None):
+        """`profile`: a derive.profile.Profile (or its name). `extended`: also train the opt-in studies
+        (the profile's `opt_in`: the typicality study, the LR-ratio sweep); otherwise their cached results
+        are read when present. `threads`: torch threads for the stage (default: see `thread_count`)."""
+        profile = profiles.get(profile) if isinstance(profile, str) else profile
+        self.results, self.device, self.seed, self.log = results, device, seed, log
+        self.profile = profile.for_device(torch.device(device).type)
+        self.sizes = self.profile.experiments
+        self.extended, self.threads = extended, threads
+        self.cfgs = configs(self.sizes)
+        for key in ("replay", "sweep", "exact", "speed", "dynamics", "tunnel"):
             self.cfgs[key].validate()
-        for cfg in (*self.cfgs["mu"], *self.cfgs["typicality"].values()):
+        for cfg in (*self.cfgs["fresh"], *self.cfgs["typicality"].values()):
             cfg.validate()
         self.cache = Cache(out_dir)
         self.data = results.experiments
@@ -138,13 +80,16 @@ class ExperimentStage:
         self.results.environment.setdefault("threads", torch.get_num_threads())
         self.sticky_replay()
         self.typicality()
-        self.sticky_main()
+        self.sticky_fresh()
         self.exactness()
         self.sweep()
         self.speed()
         self.simulations()
         self.tunnel()
         self.negative_controls()
+
+    def _opt_in(self, job):
+        return job in self.sizes.opt_in and not self.extended
 
     def _check(self, cid, claim, ok, seconds, measured, expected, detail=""):
         self.results.add(Check(cid, "experiments", "experiment", claim, "pass" if ok else "fail", round(seconds, 3),
@@ -208,14 +153,10 @@ class ExperimentStage:
         """Both protocols on many further seeds (opt-in); the cached study is read whenever present."""
         cfgs = self.cfgs["typicality"]
         t0 = time.perf_counter()
-        if self.run_typicality:
-            losses = {p: self._train(f"typicality-{p}", c)["run"].losses.numpy() for p, c in cfgs.items()}
-        else:  # report the study only when every part is cached and readable; never retrain it unasked
-            cached = {p: self.cache.load(self.cache.key(f"typicality-{p}", c, self.device), self.log)
-                      for p, c in cfgs.items()}
-            if any(v is None for v in cached.values()):
-                return
-            losses = {p: v["run"].losses.numpy() for p, v in cached.items()}
+        runs = self._runs("typicality", [(f"typicality-{p}", c) for p, c in cfgs.items()])
+        if runs is None:
+            return
+        losses = {p: r["run"].losses.numpy() for p, r in zip(cfgs, runs)}
         ref = self.data.get("sticky_replay", {})
         reference = {"sgd_final_loss": ref.get("sgd_final_loss", replay.authors_mean(0)),
                      "em_like_final_loss": ref.get("em_like_final_loss", replay.authors_mean(1)),
@@ -229,88 +170,106 @@ class ExperimentStage:
                          "speedup": e["speedup"]} for p, e in study["protocols"].items()}, {"finite": True},
                     detail=f"both protocols on {len(study['seeds'])} further seeds, the authors' mu")
 
-    def sticky_main(self):
+    def _runs(self, job, named):
+        """The trained runs of `named` [(cache name, cfg)], or None when `job` is opt-in and not every run is
+        cached and readable (an opt-in study is reported only whole, and never retrained unasked)."""
+        if not self._opt_in(job):
+            return [self._train(name, cfg) for name, cfg in named]
+        cached = [self.cache.load(self.cache.key(name, cfg, self.device), self.log) for name, cfg in named]
+        return None if any(c is None for c in cached) else cached
+
+    def sticky_fresh(self):
+        """Both arms (and, where the profile says, our M-step arm) on fresh streams: every group of seeds
+        under its draw of mu, one batched run per group, evaluated on its training and held-out sequences."""
         t0 = time.perf_counter()
-        parts = []  # (cfg, run, evaluation on the training sequences, on held-out ones, seconds)
-        for name, cfg in (("sticky-main", self.cfgs["main"]), ("sticky-mstep", self.cfgs["mstep"])):
+        groups = []  # (cfg, run, evaluation on the training sequences, on held-out ones, seconds)
+        for i, cfg in enumerate(self.cfgs["fresh"]):
+            name = f"sticky-fresh-{i}"
             out = self._train(name, cfg)
             run = out["run"]
             ev, held = [self.cache.get_or_run(f"{name}-{kind}", cfg, self.device,
                                               lambda c=cfg, r=run, h=heldout: sticky.evaluate(c, r.params, self.device, heldout=h),
                                               self.log) for kind, heldout in (("eval", False), ("heldout", True))]
-            parts.append((cfg, run, ev, held, out["seconds"]))
-        self._main_losses = parts[0][1].losses.numpy()
-        report = self._sticky_report(parts)
-        t1 = time.perf_counter()
-        mu = report["mu_draws"] = self._mu_draws(parts[0][0], parts[0][1])
+            groups.append((cfg, run, ev, held, out["seconds"]))
+        self._groups = groups
+        report = self._sticky_report(groups)
+        report["mu_draws"] = self._mu_draws(groups)
         self.data["sticky_markov"] = report
-        finals = [x for d in mu["draws"] for x in (d["sgd_final_loss"], d["em_like_final_loss"], d["speedup"])]
-        self._check("experiments/sticky/mu-draws", "E1", all(math.isfinite(x) for x in finals), time.perf_counter() - t1,
-                    {"draws": [f"{d['mu_rng']} seed {d['mu_seed']}" for d in mu["draws"]],
-                     "speedup_range": mu["speedup_range"]}, {"finite": True},
-                    detail="the paper's two arms under other draws of the symbol means mu, same seeds")
-        losses = [p[1].losses for p in parts]
+        losses = [g[1].losses for g in groups]
         finite = all(bool(torch.isfinite(L).all()) for L in losses)
         start = float(torch.cat([L[..., 0].flatten() for L in losses]).mean())
-        symbols = parts[0][0].symbols
-        self._check("experiments/sticky/valid", "E1", finite and abs(start - math.log(symbols)) < 0.05, t1 - t0,
-                    {"finite": finite, "start_loss": start,
-                     "train_seconds": {"main": parts[0][4], "em_mstep": parts[1][4]}},
-                    {"start_loss": f"ln {symbols} = {math.log(symbols):.4f}"})
+        symbols = groups[0][0].symbols
+        self._check("experiments/sticky/valid", "E1", finite and abs(start - math.log(symbols)) < 0.05,
+                    time.perf_counter() - t0,
+                    {"finite": finite, "start_loss": start, "train_seconds": [g[4] for g in groups]},
+                    {"start_loss": f"ln {symbols} = {math.log(symbols):.4f}"},
+                    detail=f"{len(groups)} groups of fresh seeds, each under its own draw of mu")
         self._verdicts_e1_e4(report)
 
-    def _sticky_report(self, parts):
-        (cfg, run, ev, _, seconds), (mcfg, mrun, *_) = parts
+    def _arm(self, arm):
+        """(losses (S, steps + 1), per-seed evaluation dicts, held-out dicts, seeds) of `arm` over the groups."""
+        rows = [(cfg, run.losses[cfg.arms.index(arm)], ev, held, cfg.arms.index(arm))
+                for cfg, run, ev, held, _ in self._groups if arm in cfg.arms]
+        losses = torch.cat([r[1] for r in rows])
+        ev = {k: np.concatenate([np.asarray(r[2][k][r[4]]) for r in rows]) for k in ("loss", "entropy", "accuracy", "kl_bits")}
+        held = {k: np.concatenate([np.asarray(r[3][k][r[4]]) for r in rows]) for k in ("loss", "entropy", "accuracy", "kl_bits")}
+        return losses, ev, held, [s for r in rows for s in r[0].seeds]
+
+    def _sticky_report(self, groups):
+        cfg0 = groups[0][0]
         arms = {}
-        for pcfg, prun, pev, held, _ in parts:
-            for a, name in enumerate(pcfg.arms):
-                arms[name] = {
-                    "seeds": list(pcfg.seeds),
-                    "final_loss": float(prun.losses[a, :, -1].mean()), "final_loss_per_seed": prun.losses[a, :, -1].tolist(),
-                    "final_entropy": float(pev["entropy"][a].mean()), "final_entropy_per_seed": pev["entropy"][a].tolist(),
-                    "accuracy": float(pev["accuracy"][a].mean()), "accuracy_per_seed": pev["accuracy"][a].tolist(),
-                    "heldout_loss": float(held["loss"][a].mean()), "heldout_loss_per_seed": held["loss"][a].tolist(),
-                    "heldout_entropy": float(held["entropy"][a].mean()),
-                    "heldout_accuracy": float(held["accuracy"][a].mean()),
-                    "kl_to_bayes_bits": float(pev["kl_bits"][a].mean()),
-                    "heldout_kl_to_bayes_bits": float(held["kl_bits"][a].mean()),
-                    "final_loss_ci95": st.mean_ci(prun.losses[a, :, -1].numpy())[1],
-                    "curve": _curve(prun.losses[a]),
-                }
-        sgd, em = run.losses[cfg.arms.index("sgd")].numpy(), run.losses[cfg.arms.index("em_like")].numpy()
-        out = {"h_min": chain.conditional_entropy(chain.transition_matrix(cfg.symbols, cfg.self_prob, cfg.off_mass)),
-               **self._arm_comparison(sgd, em, cfg.steps), "seeds": list(cfg.seeds), "steps": cfg.steps,
-               "length": cfg.length, "train_seconds": seconds,
-               "bayes_floor": {k: float(v.mean()) for k, v in ev["bayes"].items()},
-               "bayes_floor_heldout": {k: float(v.mean()) for k, v in parts[0][3]["bayes"].items()},
-               "arms": arms, "paper": PAPER}
-        paper = [cfg.seeds.index(s) for s in sticky.PAPER_SEEDS if s in cfg.seeds]
-        if len(paper) < len(cfg.seeds):  # the authors' five seeds alone, beside the full set
-            out["paper_seeds"] = {"seeds": [cfg.seeds[i] for i in paper], **self._arm_comparison(sgd[paper], em[paper], cfg.steps),
+        for name in dict.fromkeys(a for g in groups for a in g[0].arms):
+            L, ev, held, seeds = self._arm(name)
+            arms[name] = {
+                "seeds": seeds,
+                "final_loss": float(L[:, -1].mean()), "final_loss_per_seed": L[:, -1].tolist(),
+                "final_entropy": float(ev["entropy"].mean()), "final_entropy_per_seed": ev["entropy"].tolist(),
+                "accuracy": float(ev["accuracy"].mean()), "accuracy_per_seed": ev["accuracy"].tolist(),
+                "heldout_loss": float(held["loss"].mean()), "heldout_loss_per_seed": held["loss"].tolist(),
+                "heldout_entropy": float(held["entropy"].mean()), "heldout_accuracy": float(held["accuracy"].mean()),
+                "kl_to_bayes_bits": float(ev["kl_bits"].mean()), "heldout_kl_to_bayes_bits": float(held["kl_bits"].mean()),
+                "final_loss_ci95": st.mean_ci(L[:, -1].numpy())[1],
+                "curve": _curve(L),
+            }
+        sgd, _, _, seeds = self._arm("sgd")
+        em = self._arm("em_like")[0]
+        sgd, em = sgd.numpy(), em.numpy()
+        weights = np.array([len(g[0].seeds) for g in groups], float)
+
+        def floor(part):  # the exact Bayes predictive's metrics, averaged over every fresh seed
+            return {k: float(np.average([float(torch.as_tensor(g[part]["bayes"][k]).double().mean()) for g in groups], weights=weights))
+                    for k in groups[0][2]["bayes"]}
+
+        out = {"h_min": chain.conditional_entropy(chain.transition_matrix(cfg0.symbols, cfg0.self_prob, cfg0.off_mass)),
+               **self._arm_comparison(sgd, em, cfg0.steps), "seeds": seeds, "steps": cfg0.steps,
+               "length": cfg0.length, "train_seconds": sum(g[4] for g in groups),
+               "groups": [{"mu_rng": g[0].mu_rng, "mu_seed": g[0].mu_seed, "seeds": list(g[0].seeds),
+                           "arms": list(g[0].arms), "train_seconds": g[4]} for g in groups],
+               "bayes_floor": floor(2), "bayes_floor_heldout": floor(3), "arms": arms, "paper": STICKY_FIGURES}
+        paper = [seeds.index(s) for s in profiles.PAPER_SEEDS if s in seeds]
+        if paper and len(paper) < len(seeds):  # the authors' five seeds alone (our streams), beside the full set
+            out["paper_seeds"] = {"seeds": [seeds[i] for i in paper], **self._arm_comparison(sgd[paper], em[paper], cfg0.steps),
                                   "sgd_final_loss": float(sgd[paper, -1].mean()),
                                   "em_like_final_loss": float(em[paper, -1].mean())}
-        rows = [cfg.seeds.index(s) for s in mcfg.seeds]  # same seed = same data and initial weights
-        out["speedup_em_mstep"] = st.speedup(sgd[rows], mrun.losses[0].numpy(), cfg.steps)[0]
-        out["frame_precision"] = {**frame_precision(cfg, run), **frame_precision(mcfg, mrun)}
+        if "em_mstep" in arms:  # same seed = same data and initial weights
+            mstep, _, _, mseeds = self._arm("em_mstep")
+            out["speedup_em_mstep"] = st.speedup(sgd[[seeds.index(s) for s in mseeds]], mstep.numpy(), cfg0.steps)[0]
+        out["frame_precision"] = combine_frames([(len(g[0].seeds), frame_precision(g[0], g[1])) for g in groups])
         return out
 
-    def _mu_draws(self, cfg, run):
-        """The paper's two arms under other draws of mu (the authors' is torch float32, seed 0): each draw's
-        mean over the same seeds, the main run's draw first; the range of the per-draw speedups."""
-        seeds = self.cfgs["mu"][0].seeds
-        rows = [cfg.seeds.index(s) for s in seeds]
-        draws = [(cfg, run.losses[:, rows].numpy())]
-        for mcfg in self.cfgs["mu"]:
-            losses = self._train(f"mu-{mcfg.mu_rng}-{mcfg.mu_seed}", mcfg)["run"].losses.numpy()
-            draws.append((mcfg, losses))
+    def _mu_draws(self, groups):
+        """Each group's two arms under its draw of mu (the authors' draw is torch float32, seed 0): means over
+        the group's seeds, and the range of the per-group speedups. The groups have different seeds, so a
+        difference between groups is mu's and the seeds' together; no interval is put over groups."""
         out = []
-        for dcfg, L in draws:
-            sgd, em = L[dcfg.arms.index("sgd")], L[dcfg.arms.index("em_like")]
-            out.append({"mu_rng": dcfg.mu_rng, "mu_seed": dcfg.mu_seed, "sgd_final_loss": float(sgd[:, -1].mean()),
-                        "em_like_final_loss": float(em[:, -1].mean()), **self._arm_comparison(sgd, em, dcfg.steps)})
+        for cfg, run, *_ in groups:
+            L = run.losses.numpy()
+            sgd, em = L[cfg.arms.index("sgd")], L[cfg.arms.index("em_like")]
+            out.append({"mu_rng": cfg.mu_rng, "mu_seed": cfg.mu_seed, "seeds": list(cfg.seeds),
+                        "sgd_final_loss": float(sgd[:, -1].mean()), "em_like_final_loss": float(em[:, -1].mean()),
+                        **self._arm_comparison(sgd, em, cfg.steps)})
         speedups = [d["speedup"] for d in out]
-        # no interval over draws: the draws share the chains, the noise and the initial weights
-        return {"seeds": list(seeds), "draws": out, "speedup_mean": float(np.mean(speedups)),
+        return {"seeds_per_draw": [len(d["seeds"]) for d in out], "draws": out, "speedup_mean": float(np.mean(speedups)),
                 "speedup_range": [min(speedups), max(speedups)],
                 "sgd_final_loss_range": [min(d["sgd_final_loss"] for d in out), max(d["sgd_final_loss"] for d in out)],
                 "em_like_final_loss_range": [min(d["em_like_final_loss"] for d in out),
@@ -326,9 +285,9 @@ class ExperimentStage:
     def _verdicts_e1_e4(self, r):
         """E1-E3 answer two questions, each by the same rule (numeric.experiments.rules): do the paper's
         numbers come out of the paper's own streams (the replay), and does the effect hold on fresh
-        streams (our 20 seeds)? The claim's verdict is the fresh one; both are recorded."""
-        cfg, L = self.cfgs["main"], self._main_losses
-        sgd, em = L[cfg.arms.index("sgd")], L[cfg.arms.index("em_like")]
+        streams (every fresh seed)? The claim's verdict is the fresh one; both are recorded."""
+        sgd, em = self._arm("sgd")[0].numpy(), self._arm("em_like")[0].numpy()
+        cfg = self.cfgs["fresh"][0]
         arms, pp = r["arms"], r["paper"]
         per_seed = {a: {"loss": arms[a]["final_loss_per_seed"], "entropy": arms[a]["final_entropy_per_seed"],
                         "accuracy": arms[a]["accuracy_per_seed"]} for a in ("sgd", "em_like")}
@@ -341,24 +300,33 @@ class ExperimentStage:
         replayed = self._replay_verdicts(r)
         mu, study = r["mu_draws"], self.data.get("typicality")
         context = {
-            "E1": f" Other draws of mu ({len(mu['draws'])} draws, {len(mu['seeds'])} seeds each): speedup "
+            "E1": f" Per draw of mu ({len(mu['draws'])} groups of {'/'.join(map(str, sorted(set(mu['seeds_per_draw']))))} seeds): speedup "
                   f"{mu['speedup_range'][0]:.2f}-{mu['speedup_range'][1]:.2f}x."
                   + (f" Typicality study: {typicality.summary(study)}." if study else ""),
             "E2": f" Exact Bayes floor {r['bayes_floor']['entropy']:.4f} nats.",
             "E3": f" Held-out loss EM-like {arms['em_like']['heldout_loss']:.3f} vs SGD {arms['sgd']['heldout_loss']:.3f}."}
-        n = len(cfg.seeds)
+        n = len(r["seeds"])
         for cid in ("E1", "E2", "E3"):
             f, (rv, rwhy) = fresh[cid], replayed[cid]
-            self.results.set_claim(
-                cid, f.verdict,
-                f"Paper's streams (seeds {', '.join(map(str, sticky.PAPER_SEEDS))} replayed): {rv}: {rwhy}. "
-                f"Fresh streams ({n} seeds): {f.verdict}: {f.reason}.{context[cid]}",
-                verdicts={"replay": {"verdict": rv, "reason": rwhy},
-                          "fresh": {"verdict": f.verdict, "reason": f.reason, "seeds": n, "measured": _plain(f.measured)}})
+            self._rule_check(cid, "replay", rv, rwhy,
+                             on=f"Paper's streams (seeds {', '.join(map(str, sticky.PAPER_SEEDS))} replayed)")
+            self._rule_check(cid, "fresh", f.verdict, f.reason, f.measured, on=f"Fresh streams ({n} seeds)",
+                             seeds=n, context=context[cid].strip())
         fp = r["frame_precision"]
         m["E4"] = {"arms": rules.e4_inputs(fp)}
         e4 = rules.e4(**m["E4"])
-        self.results.set_claim("E4", e4.verdict, e4.reason, measured=_plain(e4.measured))
+        self._rule_check("E4", "rule", e4.verdict, e4.reason, e4.measured)
+
+    def _rule_check(self, cid, label, verdict, reason, measured=None, on="", **extra):
+        """The verdict of claim `cid`'s rule on one question (`label`), recorded as a check: derive.verdict
+        turns a claim's checks into its verdict. It fails when the rule's measurements are not finite."""
+        measured = _plain(measured or {})
+        finite = all(math.isfinite(x) for x in _numbers(measured))
+        self.results.add(Check(f"experiments/{cid}/verdict/{label}", "experiments", "rule", cid,
+                               "pass" if finite else "fail", 0.0,
+                               {"verdict": verdict, "reason": reason, "measured": measured, **extra},
+                               {"thresholds": _plain(REGISTRY[cid].thresholds)}, on))
+        self.log(f"  {'RULE' if finite else 'FAIL'} {f'experiments/{cid}/verdict/{label}':52} {verdict}")
 
     def _replay_verdicts(self, r):
         """(verdict, reason) per E1-E3 on the authors' streams. A shortened replay (quick profile) checks the
@@ -413,28 +381,29 @@ class ExperimentStage:
                     detail="batched block-causal generated gradients vs one-run-at-a-time dense autograd, step by step")
 
     def sweep(self):
-        """Value/routing LR ratios (ratio 1 is plain SGD), one batched run over seeds per ratio: a single
-        run over every ratio was measured slower on 2 cores (larger working set, 290 s vs 217 s)."""
+        """Value/routing LR ratios (ratio 1 is plain SGD), one batched run over seeds per ratio (a single run
+        over every ratio was measured slower on 2 cores: a larger working set). Ratios 1 and 10 are the two
+        arms of the first fresh group on these seeds, read from it. Opt-in where the profile says so."""
         base = self.cfgs["sweep"]
         t0 = time.perf_counter()
-        curves = []
-        main, main_losses = self.cfgs["main"], self._main_losses
-        rows = [main.seeds.index(s) for s in base.seeds]
-        # ratio 1 is the SGD arm and ratio 10 the EM-like arm: the main run has them on these seeds already
-        reuse = {1: main.arms.index("sgd"), ARMS_RATIO["em_like"]: main.arms.index("em_like")}
-        for ratio in SWEEP_RATIOS:
-            if ratio in reuse and set(base.seeds) <= set(main.seeds) and base.steps == main.steps:
-                curves.append(main_losses[reuse[ratio]][rows])
-                continue
-            cfg = dataclasses.replace(base, arms=("em_like",), value_lrs=(0.01 * ratio,))
-            curves.append(self._train(f"lr-ratio-{ratio}", cfg)["run"].losses[0].numpy())  # (seeds, steps + 1)
+        group, (_, run, *_) = self.cfgs["fresh"][0], self._groups[0]
+        rows = [group.seeds.index(s) for s in base.seeds]
+        reuse = {1: group.arms.index("sgd"), ARMS_RATIO["em_like"]: group.arms.index("em_like")}
+        trained = [r for r in self.sizes.sweep_ratios if r not in reuse]
+        named = [(f"lr-ratio-{r}", dataclasses.replace(base, arms=("em_like",), value_lrs=(0.01 * r,))) for r in trained]
+        runs = self._runs("sweep", named)
+        if runs is None:
+            return
+        got = {r: out["run"].losses[0].numpy() for r, out in zip(trained, runs)}  # (seeds, steps + 1)
+        ratios = sorted(self.sizes.sweep_ratios)
+        curves = [got[r] if r in got else run.losses[reuse[r]][rows].numpy() for r in ratios]
         sgd = curves[0]
         points = [{"ratio": r, "speedup": st.speedup(sgd, c, base.steps)[0], "final_loss": float(c[:, -1].mean())}
-                  for r, c in zip(SWEEP_RATIOS, curves)]
+                  for r, c in zip(ratios, curves)]
         self.data["lr_ratio_sweep"] = {"points": points, "seeds": list(base.seeds), "steps": base.steps}
         ok = all(math.isfinite(p["final_loss"]) and math.isfinite(p["speedup"]) for p in points)
         self._check("experiments/lr-ratio-sweep", "E1", ok, time.perf_counter() - t0, points,
-                    {"ratios": list(SWEEP_RATIOS)}, detail="speedup of each ratio against ratio 1 (SGD)")
+                    {"ratios": ratios}, detail="speedup of each ratio against ratio 1 (SGD)")
 
     def speed(self):
         cfg, steps = self.cfgs["speed"], self.cfgs["speed_steps"]
@@ -442,7 +411,7 @@ class ExperimentStage:
         res = speed.compare(cfg, steps, self.device)
         main = self.data["sticky_markov"]
         res["our_main_run_seconds"] = main["train_seconds"]
-        res["our_main_run_runs"] = len(self.cfgs["main"].arms) * len(self.cfgs["main"].seeds)
+        res["our_main_run_runs"] = sum(len(c.arms) * len(c.seeds) for c in self.cfgs["fresh"])
         self.data["speed_vs_sequential"] = res
         self.results.benchmarks.append({
             "name": "experiments/sticky-chain-vs-sequential-loop", "device": self.device, "dtype": cfg.dtype,
@@ -467,8 +436,8 @@ class ExperimentStage:
         self._measurements["E6"] = {"agreement": e6["scores"][0], "control_agreement": e6["scores_control"][0]}
         self._measurements["E7"] = {"spec": e7}
         for cid in ("E6", "E7"):
-            rule = getattr(rules, cid.lower())(**self._measurements[cid])
-            self.results.set_claim(cid, rule.verdict, rule.reason, measured=_plain(rule.measured))
+            rule = REGISTRY[cid].rule(**self._measurements[cid])
+            self._rule_check(cid, "rule", rule.verdict, rule.reason, rule.measured)
 
     def tunnel(self):
         cfg = self.cfgs["tunnel"]
@@ -486,8 +455,8 @@ class ExperimentStage:
                     {a: {k: out[a][k] for k in ("kl_bits", "entropy_mae_bits", "explained_variance", "spearman_pc1_entropy",
                                                 "within_symbol")} for a in out}, {"finite": True})
         self._measurements["E5"] = {"arms": out}
-        rule = rules.e5(out)
-        self.results.set_claim("E5", rule.verdict, rule.reason, measured=_plain(rule.measured))
+        rule = REGISTRY["E5"].rule(out)
+        self._rule_check("E5", "rule", rule.verdict, rule.reason, rule.measured)
 
 
 def _curve(losses, points=200):
@@ -497,6 +466,15 @@ def _curve(losses, points=200):
     mean = L[:, idx].mean(0)
     half = [st.mean_ci(L[:, i])[1] for i in idx] if L.shape[0] > 1 else [float("nan")] * len(idx)
     return {"step": idx.tolist(), "mean": mean.tolist(), "ci95": [float(h) for h in half]}
+
+
+def _numbers(obj):
+    """Every float in a plain JSON value (bools and ints are exact)."""
+    if isinstance(obj, dict):
+        obj = list(obj.values())
+    if isinstance(obj, list):
+        return [x for v in obj for x in _numbers(v)]
+    return [obj] if isinstance(obj, float) else []
 
 
 def _plain(obj):

@@ -1,0 +1,255 @@
+"""Every size, seed set and budget of every stage, in one frozen object per profile.
+
+`QUICK` is the CI profile (small sizes, the same code paths); `DEFAULT` is the full run. A profile is
+validated when it is built: a wrong type, a non-positive size or an unknown key raises ValueError
+naming the field (`Profile.replace` rejects keys the profile does not have). The stages read their
+section (`derive`, `numeric`, `experiments`); nothing else sizes a stage. Execution choices that
+depend on the device (block count, which groups train the M-step arm) are made in `for_device`.
+"""
+from __future__ import annotations
+
+import dataclasses
+from dataclasses import dataclass
+
+PAPER_SEEDS = (42, 2024, 1337, 7777, 9999)
+OPT_IN = ("typicality", "sweep")  # the experiments' jobs a profile may leave to --extended
+
+
+def _check_ints(obj, *names, minimum=1):
+    for name in names:
+        value = getattr(obj, name)
+        if isinstance(value, bool) or not isinstance(value, int) or value < minimum:
+            raise ValueError(f"{type(obj).__name__}.{name} must be an integer >= {minimum}, got {value!r}")
+
+
+def _check_positive(obj, *names):
+    for name in names:
+        value = getattr(obj, name)
+        if isinstance(value, bool) or not isinstance(value, (int, float)) or not value > 0:
+            raise ValueError(f"{type(obj).__name__}.{name} must be a positive number, got {value!r}")
+
+
+def _check_seeds(obj, name, allow_empty=False):
+    seeds = getattr(obj, name)
+    if (not isinstance(seeds, tuple) or (not seeds and not allow_empty)
+            or any(isinstance(s, bool) or not isinstance(s, int) or s < 0 for s in seeds) or len(set(seeds)) != len(seeds)):
+        raise ValueError(f"{type(obj).__name__}.{name} must be a tuple of distinct non-negative integers, got {seeds!r}")
+
+
+def sizes(n, d, m, dx=2):
+    """One fixed size of the proof paths: n positions, d_k = d_v = d, m classes, d_x = dx."""
+    return {"n": n, "dk": d, "dv": d, "m": m, "dx": dx}
+
+
+def distinct(n, dk, dv, m, dx):
+    """A size with the five dimensions pairwise distinct: a claim true only when two coincide fails here."""
+    out = {"n": n, "dk": dk, "dv": dv, "m": m, "dx": dx}
+    if len(set(out.values())) != len(out) or min(out.values()) < 3:
+        raise ValueError(f"not pairwise distinct and >= 3: {out}")
+    return out
+
+
+@dataclass(frozen=True)
+class DeriveSizes:
+    """The derive stage: fixed-size proof grid (small to large), random rational points per identity,
+    the size at which mutants are attacked, C9's adversarial restarts, the budget per proof check and
+    the budget of the scaling table's fixed-size path."""
+
+    grid: tuple
+    points: int
+    mutant_grid: tuple
+    search_restarts: int
+    budget_s: float
+    scaling_fixed_budget_s: float
+
+    def __post_init__(self):
+        for name in ("grid", "mutant_grid"):
+            grid = getattr(self, name)
+            if not isinstance(grid, tuple) or not grid or any(
+                    not isinstance(g, dict) or set(g) != {"n", "dk", "dv", "m", "dx"} for g in grid):
+                raise ValueError(f"DeriveSizes.{name} must be a non-empty tuple of sizes (n, dk, dv, m, dx), got {grid!r}")
+        _check_ints(self, "points", "search_restarts")
+        _check_positive(self, "budget_s", "scaling_fixed_budget_s")
+
+
+@dataclass(frozen=True)
+class NumericSizes:
+    """The numeric stage: random API cases, random draws per identity shape, the benchmark profile,
+    random identities fuzzed through every proof path (and the budget of each), fuzzing processes
+    (0: one per CPU)."""
+
+    api_cases: int
+    identity_draws: int
+    bench: str
+    fuzz_claims: int
+    fuzz_budget_s: float
+    fuzz_jobs: int
+
+    def __post_init__(self):
+        _check_ints(self, "api_cases", "identity_draws", "fuzz_claims")
+        _check_ints(self, "fuzz_jobs", minimum=0)
+        _check_positive(self, "fuzz_budget_s")
+        if self.bench not in ("quick", "default"):
+            raise ValueError(f"NumericSizes.bench must be 'quick' or 'default', got {self.bench!r}")
+
+
+@dataclass(frozen=True)
+class FreshGroup:
+    """Seeds trained on our own streams under one draw of the symbol means mu (chain.MU_RNGS)."""
+
+    mu_rng: str
+    mu_seed: int
+    seeds: tuple
+
+    def __post_init__(self):
+        _check_ints(self, "mu_seed", minimum=0)
+        _check_seeds(self, "seeds")
+
+
+@dataclass(frozen=True)
+class ExperimentSizes:
+    """The experiments stage.
+
+    Sticky chain: sequence `length`, training `steps`, query `blocks` of the block-causal trainer,
+    `checkpoints` and `tracked_rows` of the frame/precision record. `fresh`: the groups of fresh
+    streams (seeds with their draw of mu), both arms; `mstep_groups`: the groups that also train the
+    M-step arm (C10). `replay_steps`: steps of the replay of the authors' streams (1000: the full
+    replay that decides; fewer: a shortened one that checks the streams only). The LR-ratio sweep
+    (`sweep_ratios` on `sweep_seeds`, all in the first fresh group) and the typicality study
+    (`typicality_seeds`, both protocols) run unless listed in `opt_in`; a job in `opt_in` trains only
+    with `--extended`, and its cached results are read when present. Exactness: `exact_steps` in float64 on `exact_seeds`; speed: `speed_steps` on
+    `speed_seeds`. Simulations (E6, E7, C9) and the wind tunnel (E5) have their own sizes."""
+
+    length: int
+    steps: int
+    blocks: int
+    checkpoints: int
+    tracked_rows: int
+    fresh: tuple
+    mstep_groups: tuple
+    replay_steps: int
+    sweep_ratios: tuple
+    sweep_seeds: tuple
+    exact_steps: int
+    exact_seeds: tuple
+    speed_steps: int
+    speed_seeds: tuple
+    typicality_seeds: tuple
+    typicality_length: int
+    typicality_steps: int
+    dynamics_instances: int
+    dynamics_train_steps: int
+    tunnel_steps: int
+    tunnel_batch: int
+    tunnel_eval_batch: int
+    tunnel_length: int
+    opt_in: tuple = ("typicality",)  # jobs trained only with --extended (else read from the cache when present)
+
+    def __post_init__(self):
+        _check_ints(self, "length", "steps", "blocks", "checkpoints", "tracked_rows", "replay_steps", "exact_steps",
+                    "speed_steps", "typicality_length", "typicality_steps", "dynamics_instances",
+                    "dynamics_train_steps", "tunnel_steps", "tunnel_batch", "tunnel_eval_batch", "tunnel_length")
+        if self.length < 3 or self.typicality_length < 3:
+            raise ValueError("ExperimentSizes.length and typicality_length must be >= 3")
+        if not isinstance(self.fresh, tuple) or not self.fresh or not all(isinstance(g, FreshGroup) for g in self.fresh):
+            raise ValueError(f"ExperimentSizes.fresh must be a non-empty tuple of FreshGroup, got {self.fresh!r}")
+        seeds = [s for g in self.fresh for s in g.seeds]
+        if len(set(seeds)) != len(seeds):
+            raise ValueError("ExperimentSizes.fresh: a seed appears in two groups (each fresh stream is used once)")
+        if (not isinstance(self.mstep_groups, tuple) or len(set(self.mstep_groups)) != len(self.mstep_groups)
+                or any(not isinstance(i, int) or not 0 <= i < len(self.fresh) for i in self.mstep_groups)):
+            raise ValueError(f"ExperimentSizes.mstep_groups must be distinct indices into fresh, got {self.mstep_groups!r}")
+        for name in ("sweep_seeds", "exact_seeds", "speed_seeds", "typicality_seeds"):
+            _check_seeds(self, name)
+        if not set(self.sweep_seeds) <= set(self.fresh[0].seeds):
+            raise ValueError("ExperimentSizes.sweep_seeds must be seeds of the first fresh group "
+                             "(the sweep's ratios 1 and 10 are that group's two arms)")
+        if (not isinstance(self.sweep_ratios, tuple) or not self.sweep_ratios or 1 not in self.sweep_ratios
+                or any(not isinstance(r, int) or r < 1 for r in self.sweep_ratios)):
+            raise ValueError(f"ExperimentSizes.sweep_ratios must be positive integers including 1, got {self.sweep_ratios!r}")
+        if not isinstance(self.opt_in, tuple) or not set(self.opt_in) <= set(OPT_IN):
+            raise ValueError(f"ExperimentSizes.opt_in must be a tuple of {', '.join(OPT_IN)}, got {self.opt_in!r}")
+
+    @property
+    def fresh_seeds(self):
+        return tuple(s for g in self.fresh for s in g.seeds)
+
+
+@dataclass(frozen=True)
+class Profile:
+    name: str
+    derive: DeriveSizes
+    numeric: NumericSizes
+    experiments: ExperimentSizes
+
+    def __post_init__(self):
+        for name, kind in (("derive", DeriveSizes), ("numeric", NumericSizes), ("experiments", ExperimentSizes)):
+            if not isinstance(getattr(self, name), kind):
+                raise ValueError(f"Profile.{name} must be a {kind.__name__}, got {type(getattr(self, name)).__name__}")
+
+    def replace(self, section, **changes):
+        """This profile with `changes` to one section ('derive', 'numeric' or 'experiments'), validated;
+        an unknown key raises ValueError listing the section's keys."""
+        if section not in ("derive", "numeric", "experiments"):
+            raise ValueError(f"Profile has no section {section!r}; sections: derive, numeric, experiments")
+        part = getattr(self, section)
+        known = {f.name for f in dataclasses.fields(part)}
+        unknown = sorted(set(changes) - known)
+        if unknown:
+            raise ValueError(f"{type(part).__name__} has no key(s) {', '.join(unknown)}; keys: {', '.join(sorted(known))}")
+        return dataclasses.replace(self, **{section: dataclasses.replace(part, **changes)})
+
+    def for_device(self, device):
+        """Execution choices for a device type ('cpu', 'cuda', ...). On CUDA every fresh group also trains
+        the M-step arm (a GPU has the time). The block count stays the profile's: on CPU 16 query blocks
+        keep each block's alpha tile near the caches (measured: 8-64 blocks within ~10% of each other on
+        2 cores); the same count is used elsewhere until a GPU measurement says otherwise."""
+        if device == "cuda":
+            return self.replace("experiments", mstep_groups=tuple(range(len(self.experiments.fresh))))
+        return self
+
+
+QUICK = Profile(
+    "quick",
+    DeriveSizes(grid=(sizes(2, 2, 2), sizes(3, 2, 2), sizes(4, 2, 2), distinct(3, 4, 5, 7, 6)), points=2,
+                mutant_grid=(sizes(3, 2, 2),), search_restarts=30, budget_s=60.0, scaling_fixed_budget_s=15.0),
+    NumericSizes(api_cases=12, identity_draws=2, bench="quick", fuzz_claims=6, fuzz_budget_s=4.0, fuzz_jobs=1),
+    ExperimentSizes(length=200, steps=150, blocks=4, checkpoints=6, tracked_rows=16,
+                    fresh=(FreshGroup("torch-float64", 0, (42, 2024)), FreshGroup("torch-float32", 0, (1, 2))),
+                    mstep_groups=(0,), replay_steps=20, sweep_ratios=(1, 2, 10), sweep_seeds=(42, 2024),
+                    exact_steps=10, exact_seeds=(42, 2024), speed_steps=10, speed_seeds=(42, 2024),
+                    typicality_seeds=tuple(range(1, 7)), typicality_length=100, typicality_steps=60,
+                    dynamics_instances=32, dynamics_train_steps=150,
+                    tunnel_steps=200, tunnel_batch=32, tunnel_eval_batch=128, tunnel_length=32),
+)
+
+DEFAULT = Profile(
+    "default",
+    DeriveSizes(grid=(sizes(2, 2, 2), sizes(3, 2, 2), sizes(4, 2, 2), sizes(4, 3, 3, 3), sizes(5, 3, 3, 3),
+                      sizes(6, 3, 3, 3), distinct(4, 3, 5, 7, 6), distinct(5, 6, 4, 3, 7)),
+                points=4, mutant_grid=(sizes(3, 2, 2),), search_restarts=120, budget_s=300.0,
+                scaling_fixed_budget_s=60.0),
+    NumericSizes(api_cases=40, identity_draws=4, bench="default", fuzz_claims=120, fuzz_budget_s=8.0, fuzz_jobs=0),
+    # 20 fresh seeds in four groups of five, each group under its own draw of mu: the paper's seeds with
+    # our default draw, then the authors' draw (torch float32, seed 0) and two further float64 draws. The
+    # fresh verdicts read all 20; the groups show how much mu moves the result.
+    ExperimentSizes(length=2000, steps=1000, blocks=16, checkpoints=11, tracked_rows=32,
+                    fresh=(FreshGroup("torch-float64", 0, PAPER_SEEDS), FreshGroup("torch-float32", 0, tuple(range(1, 6))),
+                           FreshGroup("torch-float64", 1, tuple(range(6, 11))),
+                           FreshGroup("torch-float64", 2, tuple(range(11, 16)))),
+                    mstep_groups=(0,), replay_steps=1000, sweep_ratios=(1, 2, 5, 10, 20, 50), sweep_seeds=PAPER_SEEDS[:3],
+                    exact_steps=5, exact_seeds=PAPER_SEEDS, speed_steps=20, speed_seeds=PAPER_SEEDS[:2],
+                    typicality_seeds=tuple(range(100, 150)), typicality_length=2000, typicality_steps=1000,
+                    dynamics_instances=64, dynamics_train_steps=300,
+                    tunnel_steps=1500, tunnel_batch=64, tunnel_eval_batch=256, tunnel_length=48,
+                    opt_in=("typicality", "sweep")),
+)
+
+PROFILES = {"quick": QUICK, "default": DEFAULT}
+
+
+def get(name):
+    """The profile called `name` ('quick' or 'default')."""
+    if name not in PROFILES:
+        raise ValueError(f"unknown profile {name!r}; choose from {', '.join(PROFILES)}")
+    return PROFILES[name]

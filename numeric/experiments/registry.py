@@ -1,0 +1,116 @@
+"""The empirical claims E1–E7, registered as the analytic C1–C10 are (derive.claims).
+
+Each entry holds the paper's facts once (name, statement, where the paper says it, its figure), the
+measured quantities its rule reads, the rule (numeric.experiments.rules) and the rule's thresholds by
+name, beside the paper's numbers. results.json, the report and the README tables read these entries;
+no other module restates them.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Callable
+
+from numeric.experiments import rules
+
+PAPER = "arXiv 2512.22473"
+PAPER_I = "arXiv 2512.22471"
+
+# The authors' sticky-chain figures (E1–E3), written once.
+STICKY_FIGURES = {"sgd_final_loss": 2.03, "em_like_final_loss": 1.93, "speedup": 2.3, "speedup_reruns": [2.2, 2.3],
+                  "em_steps": 430, "steps": 1000, "h_min": 1.8292}
+
+
+@dataclass(frozen=True)
+class EmpiricalClaim:
+    id: str
+    name: str
+    statement: str  # what the paper says (LaTeX allowed), shown beside our measurement
+    ref: str  # where the paper says it
+    figure: dict  # the paper's numbers ({} where the claim is qualitative)
+    reads: tuple  # the measured quantities the rule takes
+    rule: Callable  # rules.eN: measurements -> rules.Rule
+    thresholds: dict = field(default_factory=dict)  # the rule's thresholds by name (rules module constants)
+
+    def __post_init__(self):
+        if not callable(self.rule):
+            raise ValueError(f"claim {self.id}: rule must be callable")
+        if not self.reads:
+            raise ValueError(f"claim {self.id}: a rule reads at least one measured quantity")
+
+    def catalogue(self):
+        """The facts results.json and the report show for the claim."""
+        return {"name": self.name, "statement": self.statement, "ref": self.ref, "figure": dict(self.figure),
+                "thresholds": dict(self.thresholds), "reads": list(self.reads), "kind": "empirical"}
+
+
+REGISTRY: dict = {}
+
+
+def register(claim: EmpiricalClaim) -> EmpiricalClaim:
+    if claim.id in REGISTRY:
+        raise ValueError(f"claim {claim.id} is already registered")
+    REGISTRY[claim.id] = claim
+    return claim
+
+
+def claims() -> list:
+    return list(REGISTRY.values())
+
+
+def catalogue() -> dict:
+    return {c.id: c.catalogue() for c in REGISTRY.values()}
+
+
+STICKY = "the sticky Markov chain experiment (8 symbols, T = 2000, 1000 full-batch steps, seeds 42, 2024, 1337, 7777, 9999)"
+
+register(EmpiricalClaim(
+    "E1", "em-speedup",
+    r"the EM-like schedule reaches the SGD arm's final loss $\sim 2.3\times$ sooner (430 vs 1000 steps)",
+    f"{PAPER}, {STICKY}",
+    {k: STICKY_FIGURES[k] for k in ("speedup", "em_steps", "steps", "sgd_final_loss", "em_like_final_loss")},
+    ("loss curves of both arms per seed (same data and initial weights per seed)",),
+    rules.e1, {"E1_RESAMPLES": rules.E1_RESAMPLES, "E1_LEVEL": rules.E1_LEVEL}))
+
+register(EmpiricalClaim(
+    "E2", "entropy-near-bayes",
+    r"both arms' predictive entropy is close to $H_{\min} = H(Y_t \mid Y_{t-1}) = 1.8292$ nats",
+    f"{PAPER}, {STICKY}", {"h_min": STICKY_FIGURES["h_min"]},
+    ("final predictive entropy per seed, both arms", "H_min of the chain", "number of symbols m"),
+    rules.e2, {"E2_CLOSE": rules.E2_CLOSE, "E2_FAR": rules.E2_FAR}))
+
+register(EmpiricalClaim(
+    "E3", "sharper-em", "EM-like ends with lower loss, lower entropy and higher accuracy than SGD",
+    f"{PAPER}, {STICKY}", {k: STICKY_FIGURES[k] for k in ("sgd_final_loss", "em_like_final_loss")},
+    ("final loss, entropy and accuracy per seed, both arms",),
+    rules.e3, {"E3_P": rules.E3_P}))
+
+register(EmpiricalClaim(
+    "E4", "frame-precision", "attention (the frame) stabilises early while values (the precision) keep refining",
+    f"{PAPER}, {STICKY} (qualitative)", {},
+    ("JS distance of tracked attention rows to their final state per checkpoint",
+     "relative change of W_V to its final state per checkpoint"),
+    rules.e4, {"E4_TOL": rules.E4_TOL}))
+
+register(EmpiricalClaim(
+    "E5", "value-manifold",
+    "values collapse onto a low-dimensional manifold whose leading coordinate tracks posterior entropy "
+    "(Paper I: PC1 explains 84-90%)",
+    f"{PAPER}; the figure from {PAPER_I} (Bayesian wind tunnels)", {"pc1_explained": [0.84, 0.90]},
+    ("explained variance of PC1 of attention outputs", "Spearman rho of PC1 and the Bayes entropy",
+     "bootstrap intervals over evaluation sequences"),
+    rules.e5, {"E5_EV": rules.E5_EV, "E5_RHO": rules.E5_RHO}))
+
+register(EmpiricalClaim(
+    "E6", "advantage-predicts-routing",
+    r"the sign of $-A_{ij}$ predicts the sign of the change of $\alpha_{ij}$ after a small step",
+    f"{PAPER}, small simulations (qualitative)", {},
+    ("sign agreement of -A and the change of alpha per step size", "the same for a control predictor"),
+    rules.e6, {"E6_ALL": rules.E6_ALL, "E6_MOST": rules.E6_MOST}))
+
+register(EmpiricalClaim(
+    "E7", "specialisation", "values specialise toward the error signals of the queries that route to them",
+    f"{PAPER}, small simulations (qualitative)", {},
+    ("cosine of value updates and of values with the routed error signal, with a control",),
+    rules.e7, {"E7_RISE": rules.E7_RISE, "E7_FINAL": rules.E7_FINAL}))
+
+IDS = tuple(REGISTRY)
