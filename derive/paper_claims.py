@@ -1,7 +1,7 @@
-"""C1–C10 of the paper and their negative controls, registered in `derive.claims.REGISTRY`."""
+"""C1–C10 of the paper and their negative controls, registered in `derive.claim.REGISTRY` on import."""
 from __future__ import annotations
 
-from derive.claims import Claim, Identity, Mutant, register
+from derive.claim import Claim, Identity, Mutant, register
 
 IDS = frozenset(f"C{i}" for i in range(1, 11))
 

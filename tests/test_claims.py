@@ -2,6 +2,7 @@ import re
 
 import pytest
 
+from derive import claimfile
 from derive import claims as registry
 from derive.claims import Claim, Identity, Mutant, register
 from derive.results import PAPER_CLAIMS
@@ -56,18 +57,18 @@ def test_register_rejects_duplicates_and_misfiled_mutants():
         Claim("CY", "x", "x", "x", ())
 
 
-def test_load_extra_registers_a_claim(extra_claim_file):
+def test_a_claims_file_registers_a_claim(extra_claim_file):
     path = extra_claim_file(
         "from derive.claims import Claim, Identity, register\n"
         "register(Claim('X1', 'twice-alpha', r'\\alpha', 'test', (Identity('main', ('n','n'), 'scores',"
         " lambda m, i, j: m.alpha(i, j) + m.alpha(i, j), lambda m, i, j: 2 * m.alpha(i, j), 'x'),)))\n")
-    assert registry.load_extra(path) == ["X1"]
+    assert claimfile.load(path) == ["X1"]
     assert isinstance(registry.REGISTRY["X1"].parts[0], Identity)
 
 
-def test_load_extra_missing_file():
+def test_a_missing_claims_file():
     with pytest.raises(FileNotFoundError, match="not found"):
-        registry.load_extra("/nonexistent/claims.py")
+        claimfile.load("/nonexistent/claims.py")
 
 
 def test_mutant_ids_are_stable_slugs():
