@@ -68,18 +68,17 @@ class RationalBackend(AttentionModel):
     """The model at fixed sizes as an exact DAG at one random rational point.
 
     `values` fixes entries in advance (label -> rational, e.g. a witness's point); the others are
-    drawn from `seed`. `mask` overrides the causal mask: (i, j) -> 0/1. `targets`: "one-hot" (Y as
-    the model defines it: a witness must be a model input) or "free" (random rationals: the
-    Schwartz–Zippel check then covers every Y, one-hot rows included, so a difference in one
-    entry of Y is not missed because the sampled rows are cold there)."""
+    drawn from `seed`. `targets`: "one-hot" (Y as the model defines it: a witness must be a model
+    input) or "free" (random rationals: the Schwartz–Zippel check then covers every Y, one-hot rows
+    included, so a difference in one entry of Y is not missed because the sampled rows are cold
+    there). "Masked" is the causal mask."""
 
-    def __init__(self, setting, sizes: dict, seed=0, context="", mask=None, values=None, targets="one-hot"):
+    def __init__(self, setting, sizes: dict, seed=0, context="", values=None, targets="one-hot"):
         super().__init__(setting, context)
         self.sizes = dict(sizes)
         if values is None and targets == "one-hot":
             values = one_hot_targets(sizes, seed)
         self.graph = graph.Graph(random.Random(seed), values)
-        self._mask = mask
         self._real = {}
 
     def dim_of(self, ix):
@@ -94,8 +93,6 @@ class RationalBackend(AttentionModel):
         return self.graph.leaf(name, positive=True)  # c and eta are positive
 
     def mask_entry(self, i, j):
-        if self._mask is not None:
-            return self._mask(i.value, j.value)
         return 1 if j.value <= i.value else 0
 
     def _delta(self, i, j):
