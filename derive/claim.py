@@ -63,7 +63,7 @@ class Claim:
     id: str
     name: str
     statement: str  # LaTeX
-    ref: str  # where in the paper the claim is made
+    ref: str  # its source: the paper and the idea it names there; "ours" for our own formulation
     parts: tuple
     kind: str = "identity"  # or "inequality" (C9)
     derivation: str = ""  # the argument, for the report (LaTeX)
