@@ -19,9 +19,8 @@ import sys
 import time
 from pathlib import Path
 
+from derive import claimfile, verdict
 from derive import claims as registry
-from derive import verdict
-from derive.claimfile import ClaimFileError
 from derive.results import THREAD_ENV, Results, ResultsError, default_threads, environment
 from derive.stage import PROFILES, DeriveStage
 
@@ -123,8 +122,8 @@ def resolve_threads(requested):
 def load_claims(args):
     for path in args.claims:
         try:
-            added = registry.load_extra(path)
-        except (FileNotFoundError, ClaimFileError) as exc:
+            added = claimfile.load(path)
+        except (FileNotFoundError, claimfile.ClaimFileError) as exc:
             raise UsageError(str(exc)) from exc
         print(f"loaded {len(added)} extra claim(s) from {path}: {', '.join(added) or '-'}")
     known = {c.id for c in registry.claims()}

@@ -28,7 +28,6 @@ def load(path) -> list:
     if not path.is_file():
         raise FileNotFoundError(f"extra claims file not found: {path}")
     builtin = set(registry.builtin_ids())
-    registry.claims()  # built-ins first, so a collision names the user's line
     before = set(registry.REGISTRY)
     try:
         _execute(path)

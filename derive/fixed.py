@@ -13,6 +13,11 @@ from derive.model import AttentionModel
 from derive.ring import DiffRing
 
 
+def sizes(n, d, m, dx=2) -> dict:
+    """One set of fixed sizes with d_k = d_v = d."""
+    return {"n": n, "dk": d, "dv": d, "m": m, "dx": dx}
+
+
 class Ix(NamedTuple):
     """A concrete index with the range it runs over."""
 

@@ -33,7 +33,7 @@ LEAVES = {
     "WQ": ("dx", "dk"),
     "WK": ("dx", "dk"),
     "WV": ("dx", "dv"),
-    "M": ("n", "n"),  # causal mask as a free 0/1 multiplier over full ranges (DESIGN.md)
+    "M": ("n", "n"),  # causal mask as a free 0/1 multiplier over full ranges (triangular ranges are unsound with delta resolution)
     "Delta": ("n", "dv"),  # a free value step (C10)
 }
 

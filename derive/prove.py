@@ -19,9 +19,12 @@ import time
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 
+from derive import graph
+from derive import rational as rational_points
 from derive.fixed import RingBackend
 from derive.general import GeneralBackend
 from derive.model import Setting, ShapeError
+from derive.witness import find_witness
 
 PATHS = ("general", "fixed", "rational")
 OUTCOMES = ("proved", "disproved", "undecided")
@@ -78,8 +81,6 @@ def _sides(identity, model, ix, derived, closed):
 
 def _refute(identity, masked, context, sizes_list, seed, derived, closed, why):
     """disproved with a certified witness, or undecided with `why`."""
-    from derive.witness import find_witness  # the interval evaluator loads only when a check fails
-
     witness = find_witness(identity, masked, sizes_list, seed, derived, closed, context=context)
     if witness is not None:
         return "disproved", f"{why}; witness: {witness.describe()}", witness
@@ -110,10 +111,8 @@ def general(identity, masked, context, seed=0, derived=None, closed=None):
     suffix = f" [{note}]" if note else ""
     if ok:
         return "proved", "normal form of derived - closed = 0" + suffix, [], None
-    from derive.rational import draw_sizes  # the rational path's draws: the five dimensions pairwise distinct
-
-    rng = random.Random(seed)
-    sizes = [draw_sizes(rng, distinct=True) for _ in range(3)]
+    rng = random.Random(seed)  # the rational path's draws, the five dimensions pairwise distinct
+    sizes = [rational_points.draw_sizes(rng, distinct=True) for _ in range(3)]
     status, text, witness = _refute(identity, masked, context, sizes, seed, derived, closed,
                                     f"normal form not closed: {str(diff)[:160]}{suffix}")
     return status, text, [], witness
@@ -136,10 +135,51 @@ def fixed(identity, masked, context, grid, seed=0, derived=None, closed=None):
 
 
 # -- path c: random rational points --------------------------------------------------------------
-def rational(identity, masked, context, points, seed, derived=None, closed=None):
-    from derive.rational import rational as evaluate
+def _rational_point(identity, setting, sizes, rng, context, derived, closed):
+    """(assignments checked, [(indices, lhs, rhs)] that differ) at one random point; None when the
+    denominator vanished mod p at every redraw."""
+    for _ in range(rational_points.RESAMPLES):
+        m = rational_points.RationalBackend(setting, sizes, rng.getrandbits(64), context, targets="free")
+        try:
+            return rational_points.differing(identity, m, derived, closed)
+        except graph.DenominatorVanishes:
+            continue
+    return None
 
-    return evaluate(identity, masked, context, points, seed, derived, closed)
+
+def rational(identity, masked, context, points, seed, derived=None, closed=None):
+    """Random rational points; soundness, size coverage and outcomes in `derive.rational`."""
+    rng = random.Random(seed)
+    setting = Setting(identity.level, "ce", masked)
+    checked, drawn, uncertified = 0, [], []
+    for k in range(max(1, points)):
+        sizes = rational_points.draw_sizes(rng, first=k == 0, distinct=rng.random() < rational_points.DISTINCT_SHARE)
+        found = _rational_point(identity, setting, sizes, rng, context, derived, closed)
+        if found is None:
+            return ("undecided", f"a denominator vanished mod p at {rational_points.RESAMPLES} draws at {_fmt(sizes)}",
+                    [], None)
+        count, diffs = found
+        drawn.append(sizes)
+        checked += count
+        if not diffs:
+            continue
+        # Y is free at this point, so it is no model input: the witness is searched at one-hot targets.
+        witness = find_witness(identity, masked, [sizes], rng.getrandbits(64), derived, closed, context=context)
+        if witness is not None:
+            return "disproved", f"differs at a certified real point: {witness.describe()}", [], witness
+        ix = tuple(i.value for i in diffs[0][0])
+        uncertified.append(f"{_fmt(sizes)} indices {ix} ({len(diffs)} of {count} assignments)")
+    if uncertified:
+        return ("undecided",
+                "the sides differ formally (mod p, exp/log as free generators) at " + "; ".join(uncertified)
+                + ", but interval arithmetic with real exp/log separated them at no point: the claim may rely on a "
+                  "relation the formal generators do not know (e.g. exp(a + b) = exp(a) exp(b))",
+                [], None)
+    return ("proved",
+            f"equal mod p = 2^61 - 1 at {len(drawn)} random rational points ({checked} index assignments; sizes "
+            + "; ".join(_fmt(s) for s in drawn)
+            + "); probabilistic (Schwartz–Zippel): a false identity survives a point with probability <= deg * 2^-29",
+            [], None)
 
 
 def _fmt(sizes):

@@ -36,6 +36,8 @@ with a `derive.witness.Witness`, a point where interval arithmetic with real exp
 separates the two sides. "undecided": a difference mod p that no real point certified (for
 example a claim that relies on exp(a + b) = exp(a) exp(b), which the formal generators do not
 know), or a denominator that vanished mod p at every resample.
+
+This module holds the backend and the draws; `derive.prove.rational` runs the path.
 """
 from __future__ import annotations
 
@@ -44,7 +46,7 @@ from fractions import Fraction
 
 from derive import graph
 from derive.fixed import Ix, assignments
-from derive.model import DIMS, AttentionModel, Setting
+from derive.model import DIMS, AttentionModel
 
 BOUND = ("Schwartz–Zippel: at one point a false identity (a nonzero numerator of total degree deg in the entries and "
          "the exp/log generators) survives with probability at most deg * 2^-29 (entries num/den with den uniform in "
@@ -54,8 +56,7 @@ BOUND = ("Schwartz–Zippel: at one point a false identity (a nonzero numerator 
          "elsewhere is not caught.")
 
 RESAMPLES = 4  # redraws of a point whose denominator vanished mod p
-CERTIFY_PER_POINT = 4  # differing index assignments certified at one point before moving on
-DISTINCT_SHARE = 0.8
+DISTINCT_SHARE = 0.8  # share of points after the first whose five sizes are pairwise distinct
 
 
 def label(name, ix=()):
@@ -67,18 +68,17 @@ class RationalBackend(AttentionModel):
     """The model at fixed sizes as an exact DAG at one random rational point.
 
     `values` fixes entries in advance (label -> rational, e.g. a witness's point); the others are
-    drawn from `seed`. `mask` overrides the causal mask: (i, j) -> 0/1. `targets`: "one-hot" (Y as
-    the model defines it: a witness must be a model input) or "free" (random rationals: the
-    Schwartz–Zippel check then covers every Y, one-hot rows included, so a difference in one
-    entry of Y is not missed because the sampled rows are cold there)."""
+    drawn from `seed`. `targets`: "one-hot" (Y as the model defines it: a witness must be a model
+    input) or "free" (random rationals: the Schwartz–Zippel check then covers every Y, one-hot rows
+    included, so a difference in one entry of Y is not missed because the sampled rows are cold
+    there). "Masked" is the causal mask."""
 
-    def __init__(self, setting, sizes: dict, seed=0, context="", mask=None, values=None, targets="one-hot"):
+    def __init__(self, setting, sizes: dict, seed=0, context="", values=None, targets="one-hot"):
         super().__init__(setting, context)
         self.sizes = dict(sizes)
         if values is None and targets == "one-hot":
             values = one_hot_targets(sizes, seed)
         self.graph = graph.Graph(random.Random(seed), values)
-        self._mask = mask
         self._real = {}
 
     def dim_of(self, ix):
@@ -93,8 +93,6 @@ class RationalBackend(AttentionModel):
         return self.graph.leaf(name, positive=True)  # c and eta are positive
 
     def mask_entry(self, i, j):
-        if self._mask is not None:
-            return self._mask(i.value, j.value)
         return 1 if j.value <= i.value else 0
 
     def _delta(self, i, j):
@@ -169,50 +167,3 @@ def differing(identity, m, derived, closed):
         if lhs.val != rhs.val:
             found.append((ix, lhs, rhs))
     return checked, found
-
-
-def _fmt(sizes):
-    return ",".join(f"{d}={v}" for d, v in sizes.items())
-
-
-def rational(identity, masked, context, points, seed, derived=None, closed=None):
-    """(status, text, per_size, witness): the rational path on one identity (module docstring)."""
-    rng = random.Random(seed)
-    setting = Setting(identity.level, "ce", masked)
-    checked = 0
-    drawn = []
-    uncertified = []
-    for k in range(max(1, points)):
-        sizes = draw_sizes(rng, first=k == 0, distinct=rng.random() < DISTINCT_SHARE)
-        for _ in range(RESAMPLES):
-            m = RationalBackend(setting, sizes, rng.getrandbits(64), context, targets="free")
-            try:
-                count, diffs = differing(identity, m, derived, closed)
-                break
-            except graph.DenominatorVanishes:
-                continue
-        else:
-            return ("undecided", f"a denominator vanished mod p at {RESAMPLES} draws at {_fmt(sizes)}", [], None)
-        drawn.append(sizes)
-        checked += count
-        if not diffs:
-            continue
-        from derive.witness import find_witness  # the interval evaluator loads only on a difference
-
-        # Y is free at this point, so it is no model input: the witness is searched at one-hot targets.
-        witness = find_witness(identity, masked, [sizes], rng.getrandbits(64), derived, closed, context=context)
-        if witness is not None:
-            return "disproved", f"differs at a certified real point: {witness.describe()}", [], witness
-        ix = tuple(i.value for i in diffs[0][0])
-        uncertified.append(f"{_fmt(sizes)} indices {ix} ({len(diffs)} of {count} assignments)")
-    if uncertified:
-        return ("undecided",
-                "the sides differ formally (mod p, exp/log as free generators) at " + "; ".join(uncertified)
-                + ", but interval arithmetic with real exp/log separated them at no point: the claim may rely on a "
-                  "relation the formal generators do not know (e.g. exp(a + b) = exp(a) exp(b))",
-                [], None)
-    return ("proved",
-            f"equal mod p = 2^61 - 1 at {len(drawn)} random rational points ({checked} index assignments; sizes "
-            + "; ".join(_fmt(s) for s in drawn)
-            + "); probabilistic (Schwartz–Zippel): a false identity survives a point with probability <= deg * 2^-29",
-            [], None)

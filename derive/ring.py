@@ -3,7 +3,7 @@
 Generators are model entries (leaves), exp(p), log(p) and inverses 1/p of ring elements, each
 with its derivation rule: d exp(p) = exp(p) dp, d log(p) = dp / p, d(1/p) = -(1/p)^2 dp. Every
 quantity of the model is then a *polynomial* in the generators: fractions are never formed and
-no gcd is ever computed (DESIGN.md: field-based `cancel` dies at n = 4). To decide p == 0, each
+no gcd is ever computed (SymPy's field-based `cancel` does not finish at n = 4). To decide p == 0, each
 inverse generator R = 1/q is cleared by multiplying through by q**deg_R(p) (latest first, since
 q may contain earlier inverses), leaving a polynomial in leaves and exp/log generators that is
 tested for being identically zero. Treating exp/log generators as independent makes the test

@@ -4,8 +4,8 @@ from __future__ import annotations
 import time
 
 from derive import claims as registry
+from derive.fixed import sizes
 from derive.prove import fixed
-from derive.stage import _sizes
 
 SWEEPS = {
     "quick": {"n": [2, 3, 4], "d": [1, 2, 3], "m": [1, 2, 3]},
@@ -16,13 +16,13 @@ BASE = {"quick": (3, 2, 2), "default": (4, 2, 2)}  # (n, d, m) held fixed while 
 
 def sweep_sizes(profile):
     n0, d0, m0 = BASE[profile]
-    rows = [("n", n, _sizes(n, d0, m0)) for n in SWEEPS[profile]["n"]]
-    rows += [("d", d, _sizes(n0, d, m0, d)) for d in SWEEPS[profile]["d"]]
-    rows += [("m", m, _sizes(n0, d0, m)) for m in SWEEPS[profile]["m"]]
+    rows = [("n", n, sizes(n, d0, m0)) for n in SWEEPS[profile]["n"]]
+    rows += [("d", d, sizes(n0, d, m0, d)) for d in SWEEPS[profile]["d"]]
+    rows += [("m", m, sizes(n0, d0, m)) for m in SWEEPS[profile]["m"]]
     return rows
 
 
-def time_all_identities(sizes, claim_ids=None):
+def time_all_identities(at, claim_ids=None):
     """Seconds to prove every identity of every equality claim at one size, causal mask."""
     t0 = time.perf_counter()
     proved = True
@@ -30,14 +30,14 @@ def time_all_identities(sizes, claim_ids=None):
         if claim_ids and claim.id not in claim_ids:
             continue
         for identity in claim.parts:  # only claims the stage has proved are timed here
-            proved = fixed(identity, True, f"{claim.id} scaling", [sizes])[0] == "proved" and proved
+            proved = fixed(identity, True, f"{claim.id} scaling", [at])[0] == "proved" and proved
     return time.perf_counter() - t0, proved
 
 
 def scaling_table(profile, claim_ids=None, log=print):
     rows = []
-    for varied, value, sizes in sweep_sizes(profile):
-        seconds, proved = time_all_identities(sizes, claim_ids)
-        rows.append({"varied": varied, "value": value, **sizes, "seconds": round(seconds, 4), "all_proved": proved})
-        log(f"  scaling  {varied}={value:<2} sizes {sizes}  {seconds:7.3f}s  {'ok' if proved else 'NOT PROVED'}")
+    for varied, value, at in sweep_sizes(profile):
+        seconds, proved = time_all_identities(at, claim_ids)
+        rows.append({"varied": varied, "value": value, **at, "seconds": round(seconds, 4), "all_proved": proved})
+        log(f"  scaling  {varied}={value:<2} sizes {at}  {seconds:7.3f}s  {'ok' if proved else 'NOT PROVED'}")
     return rows

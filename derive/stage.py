@@ -8,6 +8,7 @@ from fractions import Fraction
 
 from derive import claims as registry
 from derive import saturation, verdict
+from derive.fixed import sizes
 from derive.model import ShapeError
 from derive.prove import PATHS, Outcome, run_path
 from derive.results import Check
@@ -29,26 +30,22 @@ class Profile:
     budget_s: float  # per proof check
 
 
-def _sizes(n, d, m, dx=2):
-    return {"n": n, "dk": d, "dv": d, "m": m, "dx": dx}
-
-
 def _distinct(n, dk, dv, m, dx):
     """A size with the five dimensions pairwise distinct: a claim true only when two coincide fails here."""
-    sizes = {"n": n, "dk": dk, "dv": dv, "m": m, "dx": dx}
-    if len(set(sizes.values())) != len(sizes) or min(sizes.values()) < 3:
-        raise ValueError(f"not pairwise distinct and >= 3: {sizes}")
-    return sizes
+    at = {"n": n, "dk": dk, "dv": dv, "m": m, "dx": dx}
+    if len(set(at.values())) != len(at) or min(at.values()) < 3:
+        raise ValueError(f"not pairwise distinct and >= 3: {at}")
+    return at
 
 
 PROFILES = {
-    "quick": Profile("quick", (_sizes(2, 2, 2), _sizes(3, 2, 2), _sizes(4, 2, 2), _distinct(3, 4, 5, 7, 6)),
-                     2, (_sizes(3, 2, 2),), 30, 60.0),
+    "quick": Profile("quick", (sizes(2, 2, 2), sizes(3, 2, 2), sizes(4, 2, 2), _distinct(3, 4, 5, 7, 6)),
+                     2, (sizes(3, 2, 2),), 30, 60.0),
     "default": Profile(
         "default",
-        (_sizes(2, 2, 2), _sizes(3, 2, 2), _sizes(4, 2, 2), _sizes(4, 3, 3, 3), _sizes(5, 3, 3, 3), _sizes(6, 3, 3, 3),
+        (sizes(2, 2, 2), sizes(3, 2, 2), sizes(4, 2, 2), sizes(4, 3, 3, 3), sizes(5, 3, 3, 3), sizes(6, 3, 3, 3),
          _distinct(4, 3, 5, 7, 6), _distinct(5, 6, 4, 3, 7)),
-        4, (_sizes(3, 2, 2),), 120, 300.0),
+        4, (sizes(3, 2, 2),), 120, 300.0),
 }
 
 

@@ -5,7 +5,8 @@ trailing axes (batch/head dimensions ride in front as `...`). A sum over dummies
 becomes one `torch.einsum("...ia,...ja->...ij")`; elementwise lines broadcast by inserting
 `None` axes; the softmax pattern M e^x / sum_k M e^x becomes a fused, max-shifted softmax and
 log(sum_c e^z) a logsumexp. Anything else raises `UnsupportedNode` (strict: no silent fallback).
-SymPy's own `TorchPrinter` is not used (DESIGN.md: broken transposes, scalar einsum operands).
+SymPy's own `TorchPrinter` is not used (in SymPy 1.14 it prints a square `Transpose` as broken code
+and passes scalars as einsum operands).
 """
 from __future__ import annotations
 

@@ -22,6 +22,7 @@ from decimal import Decimal
 from fractions import Fraction
 
 from derive import graph
+from derive.fixed import Ix
 from derive.model import Setting, ShapeError
 from derive.rational import RationalBackend, differing
 
@@ -147,8 +148,6 @@ def replay(identity, witness: Witness, derived=None, closed=None, level=None):
     """Both sides of the claim rebuilt at the witness's sizes, point and indices: (m, lhs node, rhs node).
 
     Evaluate them with `derive.graph.float_value` (float64) or `RealEvaluator` (intervals)."""
-    from derive.fixed import Ix
-
     setting = Setting(level or identity.level, "ce", witness.masked)
     values = {k: Fraction(v) for k, v in witness.point.items()}
     m = RationalBackend(setting, witness.sizes, 0, values=values)

@@ -42,7 +42,7 @@ class NumericStage:
         self.log = log
 
     def run(self):
-        torch.set_num_threads(1)  # pinned: 2-core machines, ratios measured in one process
+        torch.set_num_threads(1)  # pinned, so the benchmark ratios (ours / reference, one process) compare like with like
         gen = generated_module()
         self.identities(gen)
         self.mutants(gen)

@@ -9,7 +9,8 @@ from derive import graph
 from derive.claims import Identity, builtin_ids, claims, mutants
 from derive.fixed import Ix
 from derive.model import DIMS, Setting, ShapeError
-from derive.rational import RationalBackend, draw_sizes, rational
+from derive.prove import rational
+from derive.rational import RationalBackend, draw_sizes
 
 SIZES = {"n": 4, "dk": 2, "dv": 3, "m": 5, "dx": 1}
 

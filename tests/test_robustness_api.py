@@ -257,7 +257,7 @@ def test_scale_any_real(scale, validate_inputs):
 
 
 def test_scale_zero_is_uniform_attention_unvalidated():
-    """scale=0.0 used to become 1/sqrt(d_k) on the unvalidated path."""
+    """scale=0.0 stays 0 on the unvalidated path (not the default 1/sqrt(d_k)): uniform attention."""
     q, k, v, u = qkvu(L=3, S=4)
     g = attention_backward(q, k, v, u, scale=0.0, validate_inputs=False)
     assert float((g.alpha - 0.25).abs().max()) == 0.0
@@ -298,8 +298,8 @@ def test_broadcast_batch_dims_match_sdpa():
 
 # -- 3. errors, each named; values where SDPA returns one -----------------------------------------
 def test_fully_masked_row_backward_through_forward_and_backward():
-    """`requires_grad` inputs and a fully masked row: backward used to fail ('modified by an inplace
-    operation'); the rows are 0, as SDPA returns, with zero gradients."""
+    """`requires_grad` inputs and a fully masked row: backward runs (no in-place modification of a saved
+    tensor); the rows are 0, as SDPA returns, with zero gradients."""
     q, k, v, u = qkvu(L=5, S=5)
     m = dead_row_mask()
     lq, lk, lv = leaves(q, k, v)
@@ -383,10 +383,10 @@ def test_loss_variant_edge_inputs():
     w_o = torch.randn(2, 3, dtype=F64)
     t64 = torch.randint(0, 3, (2, 5), generator=torch.Generator().manual_seed(1))
     want = attention_loss_backward(x, *ws, w_o, t64)
-    for dtype in (torch.int32, torch.int16, torch.uint8):  # int32 used to fail inside one_hot
+    for dtype in (torch.int32, torch.int16, torch.uint8):  # any integer dtype of targets
         got = attention_loss_backward(x, *ws, w_o, t64.to(dtype))
         assert float((got.loss - want.loss).abs()) == 0.0 and torch.equal(got.dW_Q, want.dW_Q)
-    for validate_inputs in (True, False):  # n = 0 used to raise ZeroDivisionError
+    for validate_inputs in (True, False):  # n = 0: a named error, not a division by zero
         with pytest.raises(ValueError, match=r"x must hold at least one position \(n >= 1\).*shape \(2, 0, 4\)"):
             attention_loss_backward(x[:, :0], *ws, w_o, t64[:, :0], validate_inputs=validate_inputs)
     with pytest.raises(TypeError, match="targets must be an integer tensor"):

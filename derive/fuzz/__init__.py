@@ -4,7 +4,7 @@ true one gives a FALSE VERDICT; `undecided` is allowed and counted.
 
     python -m derive.fuzz [--n N] [--seed S] [--paths general,fixed,rational] [--out FILE] [--jobs J]
 
-A claim is two terms of a small grammar (the dataclasses below). Each term has two interpretations:
+A claim is two terms of a small grammar (the dataclasses of `derive.fuzz.grammar`). Each term has two interpretations:
 `model_eval` over `derive.model.AttentionModel` (what the proof paths see) and
 `numeric.oracle.Evaluator` (plain torch on a vectorised forward, autograd for every derivative).
 Claims come from true templates (C1–C10 style closed forms, normalisations, first and second

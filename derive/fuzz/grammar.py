@@ -253,7 +253,7 @@ class Claim:
         return f"{show(self.lhs)} = {show(self.rhs)}"
 
     def identity(self):
-        from derive.claims import Identity
+        from derive.claim import Identity
 
         names = [v for v, _ in self.free]
         derived = lambda m, *ix: model_eval(self.lhs, m, dict(zip(names, ix)))  # noqa: E731

@@ -70,7 +70,7 @@ def _rows(n, seed, paths, jobs, budget_s):
 def _quiet_worker():
     import torch
 
-    torch.set_num_threads(1)  # one core per worker (2-core machines)
+    torch.set_num_threads(1)  # one thread per worker: the pool's workers share the cores
 
 
 def summarise(rows, paths, seconds):
