@@ -22,7 +22,8 @@ from pathlib import Path
 from derive import claimfile, verdict
 from derive import claims as registry
 from derive.results import THREAD_ENV, Results, ResultsError, default_threads, environment
-from derive.stage import PROFILES, DeriveStage
+from derive import profile as profiles
+from derive.stage import DeriveStage
 
 STAGES = ("derive", "codegen", "numeric", "experiments", "report")
 # results.json `derive` entries written by a stage other than derive, and kill-matrix columns likewise
@@ -159,14 +160,13 @@ def run_stage(stage, results, args, profile, only_claims):
 
         codegen(results)
     elif stage == "numeric":  # the torch side is loaded only when its stage runs
-        from numeric.stage import PROFILES as NUMERIC
         from numeric.stage import NumericStage
 
-        NumericStage(results, NUMERIC[profile.name], results.environment["device"], args.seed).run()
+        NumericStage(results, profile, results.environment["device"], args.seed).run()
     elif stage == "experiments":
         from numeric.experiments.stage import ExperimentStage
 
-        ExperimentStage(results, profile.name, results.environment["device"], args.seed, args.out,
+        ExperimentStage(results, profile, results.environment["device"], args.seed, args.out,
                         extended=args.extended, threads=results.environment.get("threads")).run()
     else:
         from reports.render import run_stage as report
@@ -368,7 +368,7 @@ def _main(argv):
         return 2
     if args.stages == ["report"]:
         return report_only(args, previous, only_claims)
-    profile = PROFILES["quick" if args.quick else "default"]
+    profile = profiles.QUICK if args.quick else profiles.DEFAULT
     fresh = Results(environment(profile.name, device, args.seed, threads), catalogue=claim_catalogue())
     t0 = time.perf_counter()
     ran = [s for s in STAGES if s in args.stages]

@@ -11,6 +11,8 @@ from __future__ import annotations
 import dataclasses
 from dataclasses import dataclass
 
+from derive.fixed import sizes
+
 PAPER_SEEDS = (42, 2024, 1337, 7777, 9999)
 OPT_IN = ("typicality", "sweep")  # the experiments' jobs a profile may leave to --extended
 
@@ -36,11 +38,6 @@ def _check_seeds(obj, name, allow_empty=False):
         raise ValueError(f"{type(obj).__name__}.{name} must be a tuple of distinct non-negative integers, got {seeds!r}")
 
 
-def sizes(n, d, m, dx=2):
-    """One fixed size of the proof paths: n positions, d_k = d_v = d, m classes, d_x = dx."""
-    return {"n": n, "dk": d, "dv": d, "m": m, "dx": dx}
-
-
 def distinct(n, dk, dv, m, dx):
     """A size with the five dimensions pairwise distinct: a claim true only when two coincide fails here."""
     out = {"n": n, "dk": dk, "dv": dv, "m": m, "dx": dx}
@@ -52,15 +49,19 @@ def distinct(n, dk, dv, m, dx):
 @dataclass(frozen=True)
 class DeriveSizes:
     """The derive stage: fixed-size proof grid (small to large), random rational points per identity,
-    the size at which mutants are attacked, C9's adversarial restarts, the budget per proof check and
-    the budget of the scaling table's fixed-size path."""
+    the size at which mutants are attacked, C9's adversarial restarts, the budget per proof check, the
+    budgets the paths' total times are reported against, and the fixed-size path's scaling sweep
+    (`scaling_base` (n, d, m) held while one of them takes the values in `scaling_sweeps`)."""
 
     grid: tuple
     points: int
     mutant_grid: tuple
     search_restarts: int
     budget_s: float
-    scaling_fixed_budget_s: float
+    general_total_budget_s: float
+    fixed_total_budget_s: float
+    scaling_base: tuple
+    scaling_sweeps: dict
 
     def __post_init__(self):
         for name in ("grid", "mutant_grid"):
@@ -69,7 +70,13 @@ class DeriveSizes:
                     not isinstance(g, dict) or set(g) != {"n", "dk", "dv", "m", "dx"} for g in grid):
                 raise ValueError(f"DeriveSizes.{name} must be a non-empty tuple of sizes (n, dk, dv, m, dx), got {grid!r}")
         _check_ints(self, "points", "search_restarts")
-        _check_positive(self, "budget_s", "scaling_fixed_budget_s")
+        _check_positive(self, "budget_s", "general_total_budget_s", "fixed_total_budget_s")
+        if (not isinstance(self.scaling_base, tuple) or len(self.scaling_base) != 3
+                or any(not isinstance(v, int) or v < 1 for v in self.scaling_base)):
+            raise ValueError(f"DeriveSizes.scaling_base must be (n, d, m) positive integers, got {self.scaling_base!r}")
+        if (not isinstance(self.scaling_sweeps, dict) or set(self.scaling_sweeps) != {"n", "d", "m"}
+                or any(not v or any(not isinstance(x, int) or x < 1 for x in v) for v in self.scaling_sweeps.values())):
+            raise ValueError(f"DeriveSizes.scaling_sweeps must give positive sizes for n, d and m, got {self.scaling_sweeps!r}")
 
 
 @dataclass(frozen=True)
@@ -212,7 +219,9 @@ class Profile:
 QUICK = Profile(
     "quick",
     DeriveSizes(grid=(sizes(2, 2, 2), sizes(3, 2, 2), sizes(4, 2, 2), distinct(3, 4, 5, 7, 6)), points=2,
-                mutant_grid=(sizes(3, 2, 2),), search_restarts=30, budget_s=60.0, scaling_fixed_budget_s=15.0),
+                mutant_grid=(sizes(3, 2, 2),), search_restarts=30, budget_s=60.0,
+                general_total_budget_s=5.0, fixed_total_budget_s=15.0, scaling_base=(3, 2, 2),
+                scaling_sweeps={"n": (2, 3, 4), "d": (1, 2, 3), "m": (1, 2, 3)}),
     NumericSizes(api_cases=12, identity_draws=2, bench="quick", fuzz_claims=6, fuzz_budget_s=4.0, fuzz_jobs=1),
     ExperimentSizes(length=200, steps=150, blocks=4, checkpoints=6, tracked_rows=16,
                     fresh=(FreshGroup("torch-float64", 0, (42, 2024)), FreshGroup("torch-float32", 0, (1, 2))),
@@ -228,7 +237,8 @@ DEFAULT = Profile(
     DeriveSizes(grid=(sizes(2, 2, 2), sizes(3, 2, 2), sizes(4, 2, 2), sizes(4, 3, 3, 3), sizes(5, 3, 3, 3),
                       sizes(6, 3, 3, 3), distinct(4, 3, 5, 7, 6), distinct(5, 6, 4, 3, 7)),
                 points=4, mutant_grid=(sizes(3, 2, 2),), search_restarts=120, budget_s=300.0,
-                scaling_fixed_budget_s=60.0),
+                general_total_budget_s=5.0, fixed_total_budget_s=60.0, scaling_base=(4, 2, 2),
+                scaling_sweeps={"n": (2, 3, 4, 5, 6, 7, 8), "d": (1, 2, 3, 4), "m": (1, 2, 3, 4)}),
     NumericSizes(api_cases=40, identity_draws=4, bench="default", fuzz_claims=120, fuzz_budget_s=8.0, fuzz_jobs=0),
     # 20 fresh seeds in four groups of five, each group under its own draw of mu: the paper's seeds with
     # our default draw, then the authors' draw (torch float32, seed 0) and two further float64 draws. The

@@ -7,18 +7,12 @@ from derive import claims as registry
 from derive.fixed import sizes
 from derive.prove import fixed
 
-SWEEPS = {
-    "quick": {"n": [2, 3, 4], "d": [1, 2, 3], "m": [1, 2, 3]},
-    "default": {"n": [2, 3, 4, 5, 6, 7, 8], "d": [1, 2, 3, 4], "m": [1, 2, 3, 4]},
-}
-BASE = {"quick": (3, 2, 2), "default": (4, 2, 2)}  # (n, d, m) held fixed while one of them varies
-
-
-def sweep_sizes(profile):
-    n0, d0, m0 = BASE[profile]
-    rows = [("n", n, sizes(n, d0, m0)) for n in SWEEPS[profile]["n"]]
-    rows += [("d", d, sizes(n0, d, m0, d)) for d in SWEEPS[profile]["d"]]
-    rows += [("m", m, sizes(n0, d0, m)) for m in SWEEPS[profile]["m"]]
+def sweep_sizes(base, sweeps):
+    """(varied, value, sizes) rows: (n, d, m) = `base` with one of them taking each value in `sweeps`."""
+    n0, d0, m0 = base
+    rows = [("n", n, sizes(n, d0, m0)) for n in sweeps["n"]]
+    rows += [("d", d, sizes(n0, d, m0, d)) for d in sweeps["d"]]
+    rows += [("m", m, sizes(n0, d0, m)) for m in sweeps["m"]]
     return rows
 
 
@@ -34,9 +28,9 @@ def time_all_identities(at, claim_ids=None):
     return time.perf_counter() - t0, proved
 
 
-def scaling_table(profile, claim_ids=None, log=print):
+def scaling_table(base, sweeps, claim_ids=None, log=print):
     rows = []
-    for varied, value, at in sweep_sizes(profile):
+    for varied, value, at in sweep_sizes(base, sweeps):
         seconds, proved = time_all_identities(at, claim_ids)
         rows.append({"varied": varied, "value": value, **at, "seconds": round(seconds, 4), "all_proved": proved})
         log(f"  scaling  {varied}={value:<2} sizes {at}  {seconds:7.3f}s  {'ok' if proved else 'NOT PROVED'}")

@@ -3,12 +3,11 @@ from __future__ import annotations
 
 import re
 import time
-from dataclasses import dataclass
 from fractions import Fraction
 
 from derive import claims as registry
 from derive import saturation, verdict
-from derive.fixed import sizes
+from derive.profile import Profile
 from derive.model import ShapeError
 from derive.prove import PATHS, Outcome, run_path
 from derive.results import Check
@@ -16,37 +15,6 @@ from derive.results import Check
 SETTINGS = {False: "unmasked", True: "masked"}
 KILL_CELL = {"disproved": "rejected", "proved": "ACCEPTED", "undecided": "undecided"}
 STATUS = {"proved": "pass", "disproved": "fail", "undecided": "skipped"}  # undecided: the claim's verdict says why
-
-
-@dataclass(frozen=True)
-class Profile:
-    """Sizes and effort of the derive stage."""
-
-    name: str
-    grid: tuple  # fixed-size proof sizes, small to large
-    points: int  # random rational points per identity
-    mutant_grid: tuple  # fixed size at which mutants are attacked
-    search_restarts: int
-    budget_s: float  # per proof check
-
-
-def _distinct(n, dk, dv, m, dx):
-    """A size with the five dimensions pairwise distinct: a claim true only when two coincide fails here."""
-    at = {"n": n, "dk": dk, "dv": dv, "m": m, "dx": dx}
-    if len(set(at.values())) != len(at) or min(at.values()) < 3:
-        raise ValueError(f"not pairwise distinct and >= 3: {at}")
-    return at
-
-
-PROFILES = {
-    "quick": Profile("quick", (sizes(2, 2, 2), sizes(3, 2, 2), sizes(4, 2, 2), _distinct(3, 4, 5, 7, 6)),
-                     2, (sizes(3, 2, 2),), 30, 60.0),
-    "default": Profile(
-        "default",
-        (sizes(2, 2, 2), sizes(3, 2, 2), sizes(4, 2, 2), sizes(4, 3, 3, 3), sizes(5, 3, 3, 3), sizes(6, 3, 3, 3),
-         _distinct(4, 3, 5, 7, 6), _distinct(5, 6, 4, 3, 7)),
-        4, (sizes(3, 2, 2),), 120, 300.0),
-}
 
 
 def settings(identity):
@@ -60,8 +28,9 @@ def slug(text):
 
 class DeriveStage:
     def __init__(self, results, profile: Profile, seed: int, log=print, only_claims=None):
+        """`profile`: a derive.profile.Profile; the stage reads its `derive` section."""
         self.results = results
-        self.profile = profile
+        self.profile = profile.derive
         self.seed = seed
         self.log = log
         self.only = only_claims
@@ -109,7 +78,7 @@ class DeriveStage:
         proofs = [c for c in self.results.checks if c.kind == "proof" and c.stage == "derive"]
         totals = {path: sum(c.seconds for c in proofs if c.detail == f"path {path}") for path in PATHS}
         self.results.derive["path_seconds"] = {p: round(t, 4) for p, t in totals.items()}
-        budgets = {"general": 5.0, "fixed": 60.0 if self.profile.name == "default" else 15.0}
+        budgets = {"general": self.profile.general_total_budget_s, "fixed": self.profile.fixed_total_budget_s}
         for path, limit in budgets.items():
             self.results.benchmarks.append({
                 "name": f"derive/{path}-path-total", "device": "cpu", "dtype": "exact",
@@ -119,7 +88,7 @@ class DeriveStage:
         ids = {c.id for c in selected if self.results.claims.get(c.id, {}).get("verdict") == "proved"}
         if not ids:
             return
-        rows = scaling_table(self.profile.name, ids, log=self.log)
+        rows = scaling_table(self.profile.scaling_base, self.profile.scaling_sweeps, ids, log=self.log)
         self.results.derive["scaling"] = rows
         ref = rows[0]["seconds"]
         for row in rows:

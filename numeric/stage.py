@@ -5,7 +5,6 @@ from __future__ import annotations
 import os
 import time
 import types
-from dataclasses import dataclass
 
 import torch
 
@@ -15,18 +14,6 @@ from derive.results import Check
 from numeric import agreement, bench, identities
 
 
-@dataclass(frozen=True)
-class NumericProfile:
-    name: str
-    api_cases: int
-    identity_draws: int
-    bench: str
-    fuzz_claims: int  # random identities whose verdicts are compared with the float64 oracle (derive.fuzz)
-    fuzz_budget_s: float
-
-
-PROFILES = {"quick": NumericProfile("quick", 12, 2, "quick", 6, 4.0),
-            "default": NumericProfile("default", 40, 4, "default", 120, 8.0)}
 IDENTITY_SHAPES = [({"n": 4, "dk": 3, "dv": 2, "m": 3, "dx": 3}, (), "causal"),
                    ({"n": 5, "dk": 2, "dv": 3, "m": 2, "dx": 2}, (2,), "padding"),
                    ({"n": 3, "dk": 1, "dv": 1, "m": 2, "dx": 1}, (2, 3), "none"),
@@ -34,9 +21,10 @@ IDENTITY_SHAPES = [({"n": 4, "dk": 3, "dv": 2, "m": 3, "dx": 3}, (), "causal"),
 
 
 class NumericStage:
-    def __init__(self, results, profile: NumericProfile, device: str, seed: int, log=print):
+    def __init__(self, results, profile, device: str, seed: int, log=print):
+        """`profile`: a derive.profile.Profile; the stage reads its `numeric` section."""
         self.results = results
-        self.profile = profile
+        self.profile = profile.numeric
         self.device = device
         self.seed = seed
         self.log = log
@@ -165,7 +153,7 @@ class NumericStage:
         from derive import fuzz
 
         t0 = time.perf_counter()
-        jobs = 1 if self.profile.name == "quick" else (os.cpu_count() or 1)  # worker processes start in ~2 s each
+        jobs = self.profile.fuzz_jobs or os.cpu_count() or 1  # worker processes start in ~2 s each
         summary = fuzz.run(self.profile.fuzz_claims, self.seed, jobs=jobs, log=self.log, budget_s=self.profile.fuzz_budget_s)
         summary.pop("rows", None)  # every claim's outcome: `python -m derive.fuzz --out FILE` keeps them
         self.results.derive["fuzz"] = summary

@@ -117,16 +117,46 @@ def test_mstep_arm_uses_the_responsibility_normalised_value_step():
 
 
 @pytest.mark.parametrize("device", ["cpu", "cuda"])
-def test_default_profile_runs_twenty_seeds_with_the_papers_first(device):
-    from numeric.experiments.stage import profile_configs
+def test_default_profile_runs_twenty_fresh_seeds_with_the_papers_first(device):
+    from derive.profile import DEFAULT
+    from numeric.experiments.stage import configs
 
-    cfgs = profile_configs("default", device)  # configs only: nothing is run, no GPU needed
-    main, mstep = cfgs["main"], cfgs["mstep"]
-    assert len(main.seeds) >= 20 and main.seeds[:5] == sticky.PAPER_SEEDS and len(set(main.seeds)) == len(main.seeds)
-    assert main.arms == ("sgd", "em_like") and (main.steps, main.length) == (1000, 2000)
-    assert mstep.arms == ("em_mstep",) and mstep.seeds == (main.seeds if device == "cuda" else sticky.PAPER_SEEDS)
+    sizes = DEFAULT.for_device(device).experiments
+    cfgs = configs(sizes)  # configs only: nothing is run, no GPU needed
+    fresh = cfgs["fresh"]
+    seeds = [s for c in fresh for s in c.seeds]
+    assert len(seeds) >= 20 and len(set(seeds)) == len(seeds) and fresh[0].seeds == sticky.PAPER_SEEDS
+    assert len({(c.mu_rng, c.mu_seed) for c in fresh}) == len(fresh) >= 4  # each group its own draw of mu
+    assert all(c.arms[:2] == ("sgd", "em_like") and (c.steps, c.length) == (1000, 2000) for c in fresh)
+    with_mstep = [i for i, c in enumerate(fresh) if "em_mstep" in c.arms]
+    assert with_mstep == (list(range(len(fresh))) if device == "cuda" else [0])
     assert set(cfgs["exact"].arms) == set(sticky.ARMS) and cfgs["exact"].dtype == "float64"
-    assert cfgs["speed"].seeds == sticky.PAPER_SEEDS and cfgs["speed"].arms == ("sgd", "em_like")
+    assert set(cfgs["speed"].seeds) <= set(sticky.PAPER_SEEDS) and cfgs["speed"].arms == ("sgd", "em_like")
+    assert set(sizes.opt_in) == {"typicality", "sweep"}
+
+
+def test_profiles_are_validated_and_reject_unknown_keys():
+    from derive.profile import DEFAULT, QUICK, FreshGroup
+
+    with pytest.raises(ValueError, match="no key"):
+        QUICK.replace("experiments", lenght=3)
+    with pytest.raises(ValueError, match="no section"):
+        QUICK.replace("experiment", length=3)
+    with pytest.raises(ValueError, match="steps"):
+        QUICK.replace("experiments", steps=0)
+    with pytest.raises(ValueError, match="two groups"):
+        QUICK.replace("experiments", fresh=(FreshGroup("torch-float64", 0, (1, 2)), FreshGroup("torch-float64", 1, (2, 3))))
+    with pytest.raises(ValueError, match="sweep_seeds"):
+        DEFAULT.replace("experiments", sweep_seeds=(1,))
+    with pytest.raises(ValueError, match="opt_in"):
+        QUICK.replace("experiments", opt_in=("everything",))
+    with pytest.raises(ValueError, match="fuzz_jobs"):
+        QUICK.replace("numeric", fuzz_jobs=-1)
+    with pytest.raises(ValueError, match="scaling_sweeps"):
+        QUICK.replace("derive", scaling_sweeps={"n": (2,)})
+    with pytest.raises(TypeError):
+        FreshGroup("torch-float64", 0, (1,), extra=1)
+    assert QUICK.replace("experiments", steps=7).experiments.steps == 7 and QUICK.experiments.steps != 7  # frozen
 
 
 def test_speed_comparison_runs_both_ways_on_the_same_numbers():

@@ -3,10 +3,10 @@ import pytest
 from conftest import equality_mutants, identities, identity_ids, part_of
 
 from derive.prove import PATHS, run_path
-from derive.stage import PROFILES
+from derive.profile import QUICK
 
-OPTIONS = {"grid": list(PROFILES["quick"].grid), "points": 2, "seed": 0, "budget_s": 120}
-MUTANT_OPTIONS = dict(OPTIONS, grid=list(PROFILES["quick"].mutant_grid))
+OPTIONS = {"grid": list(QUICK.derive.grid), "points": 2, "seed": 0, "budget_s": 120}
+MUTANT_OPTIONS = dict(OPTIONS, grid=list(QUICK.derive.mutant_grid))
 
 
 @pytest.mark.parametrize("path", PATHS)

@@ -165,16 +165,18 @@ def test_typicality_analysis_places_the_reference_in_each_distribution():
 
 
 def test_profiles_replay_the_papers_seeds_on_the_authors_streams():
-    from numeric.experiments.stage import TYPICALITY_SEEDS, profile_configs
+    from derive.profile import PROFILES
+    from numeric.experiments.stage import configs
 
-    for name in ("quick", "default"):
-        cfgs = profile_configs(name, "cpu")
+    for name, profile in PROFILES.items():
+        cfgs = configs(profile.experiments)
         r = cfgs["replay"]
         assert (r.stream, r.mu_rng, r.seeds, r.arms, r.length) == ("authors", "torch-float32", sticky.PAPER_SEEDS,
                                                                     ("sgd", "em_like"), 2000)
         assert r.steps == (replay.QUICK_STEPS if name == "quick" else replay.AUTHORS_STEPS)
         assert {c.stream for c in cfgs["typicality"].values()} == set(typicality.PROTOCOLS)
-    assert len(TYPICALITY_SEEDS) >= 50 and not set(TYPICALITY_SEEDS) & set(sticky.PAPER_SEEDS)
+    seeds = PROFILES["default"].experiments.typicality_seeds
+    assert len(seeds) >= 50 and not set(seeds) & set(sticky.PAPER_SEEDS)
 
 
 def test_typicality_is_read_from_the_cache_but_never_retrained_unasked(tmp_path):
@@ -182,12 +184,12 @@ def test_typicality_is_read_from_the_cache_but_never_retrained_unasked(tmp_path)
     from numeric.experiments.stage import ExperimentStage
 
     def stage(flag):
-        st_ = ExperimentStage(Results({}), "quick", "cpu", 0, tmp_path, log=lambda *a: None, typicality=flag)
+        st_ = ExperimentStage(Results({}), "quick", "cpu", 0, tmp_path, log=lambda *a: None, extended=flag)
         st_.data["sticky_replay"] = {}
         return st_
 
     quiet = stage(False)
-    quiet._train = lambda *a: pytest.fail("the study was trained without --typicality")
+    quiet._train = lambda *a: pytest.fail("the study was trained without --extended")
     quiet.typicality()
     assert "typicality" not in quiet.data  # nothing cached: nothing reported, nothing trained
     loud = stage(True)

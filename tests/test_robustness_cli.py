@@ -57,10 +57,15 @@ def _proof(cid, claim, setting, outcome="proved"):
     return Check(cid, "derive", "proof", claim, "pass", 0.01, path="general", part="main", setting=setting, outcome=outcome)
 
 
+def _rule(cid, verdict, reason):
+    return Check(f"experiments/{cid}/verdict/rule", "experiments", "rule", cid, "pass", 0.0,
+                 {"verdict": verdict, "reason": reason, "measured": {}})
+
+
 def hand_written(out_dir):
     """results.json written by hand: C1 proved by derive checks, C2 with only a numeric check but recorded as
-    proved (a verdict its checks do not give), C3 recorded proved with no check at all, E1/E2 set by the
-    experiments stage with one experiment check, a benchmark and a derive entry per stage."""
+    proved (a verdict its checks do not give), C3 recorded proved with no check at all, E1/E2 with the rule
+    checks the experiments stage records, a benchmark and a derive entry per stage."""
     r = Results(environment("quick", "cpu", 0))
     for setting in ("unmasked", "masked"):
         r.add(_proof(f"derive/C1/main/general/{setting}", "C1", setting))
@@ -69,8 +74,8 @@ def hand_written(out_dir):
     r.add(Check("experiments/sticky/valid", "experiments", "experiment", "E1", "pass", 1.0))
     r.set_claim("C2", "proved", "stale", parts=[])
     r.set_claim("C3", "proved", "stale", parts=[])
-    r.set_claim("E1", "reproduced", "kept from the experiments stage")
-    r.set_claim("E2", "not-reproduced", "kept too")
+    r.add(_rule("E1", "reproduced", "kept from the experiments stage"))
+    r.add(_rule("E2", "not-reproduced", "kept too"))
     r.experiments["sticky_markov"] = {"speedup": 2.0}
     r.benchmarks += [{"name": "derive/general-path-total", "ours_s": 1.0}, {"name": "experiments/x", "ours_s": 2.0}]
     r.derive.update(kill_matrix={"M1": {"claim": "C1", "description": "d", "general": "rejected", "numeric": "rejected"}},
@@ -137,7 +142,7 @@ def test_rerun_experiments_stage_replaces_its_claims_and_data(tmp_path, monkeypa
         if stage != "experiments":
             return real(stage, results, args, profile, only_claims)
         results.add(Check("experiments/new", "experiments", "experiment", "E1", "pass", 0.0))
-        results.set_claim("E1", "not-reproduced", "new run")
+        results.add(_rule("E1", "not-reproduced", "new run"))
         results.experiments["new"] = 1
         results.stages["experiments"] = {"status": "pass", "seconds": 0.0, "checks": 1}
 
@@ -147,7 +152,7 @@ def test_rerun_experiments_stage_replaces_its_claims_and_data(tmp_path, monkeypa
     v = verdicts(d)
     assert v["E1"] == "not-reproduced" and v["E2"] == "not-run" and v["C1"] == "proved"
     exp = [c["id"] for c in d["checks"] if c["stage"] == "experiments"]
-    assert exp == ["experiments/new"] and d["experiments"] == {"new": 1}
+    assert exp == ["experiments/new", "experiments/E1/verdict/rule"] and d["experiments"] == {"new": 1}
     assert {b["name"] for b in d["benchmarks"]} == {"derive/general-path-total"}
 
 
@@ -366,7 +371,7 @@ def test_threads_recorded(tmp_path):
 
 def test_experiment_stage_respects_thread_count(tmp_path, monkeypatch):
     before = torch.get_num_threads()
-    for step in ("sticky_replay", "typicality", "sticky_main", "exactness", "sweep", "speed", "simulations", "tunnel",
+    for step in ("sticky_replay", "typicality", "sticky_fresh", "exactness", "sweep", "speed", "simulations", "tunnel",
                  "negative_controls"):
         monkeypatch.setattr(ExperimentStage, step, lambda self: None)
 

@@ -4,9 +4,9 @@ import pytest
 
 from derive.claims import Identity
 from derive.prove import PATHS, run_path
-from derive.stage import PROFILES
+from derive import profile
 
-QUICK = {"grid": list(PROFILES["quick"].grid), "points": 2, "seed": 0, "budget_s": 120}
+QUICK = {"grid": list(profile.QUICK.derive.grid), "points": 2, "seed": 0, "budget_s": 120}
 
 
 def ident(free, level, derived, closed, **kw):

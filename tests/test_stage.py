@@ -5,14 +5,16 @@ import pytest
 
 from derive import claims as registry
 from derive.prove import PATHS
-from derive.results import KINDS, PAPER_CLAIMS, STATUSES, VERDICTS, Check, Results
-from derive.stage import PROFILES, DeriveStage
+from derive.all import claim_catalogue
+from derive.profile import QUICK
+from derive.results import KINDS, STATUSES, VERDICTS, Check, Results
+from derive.stage import DeriveStage
 
 
 @pytest.fixture(scope="module")
 def results(tmp_path_factory):
-    r = Results(environment={"profile": "quick"})
-    DeriveStage(r, PROFILES["quick"], seed=0, log=lambda *a: None).run()
+    r = Results(environment={"profile": "quick"}, catalogue=claim_catalogue())
+    DeriveStage(r, QUICK, seed=0, log=lambda *a: None).run()
     out = tmp_path_factory.mktemp("derive")
     r.write(out)
     return r, json.loads((out / "results.json").read_text())
@@ -69,7 +71,7 @@ def test_results_schema(results):
         assert c["kind"] in KINDS and c["status"] in STATUSES
         assert c["seconds"] >= 0
     assert len({c["id"] for c in data["checks"]}) == len(data["checks"])
-    assert {c["id"] for c in data["claims"]} == set(PAPER_CLAIMS)
+    assert {c["id"] for c in data["claims"]} == set(claim_catalogue())  # every registered claim, run or not
     assert all(c["verdict"] in VERDICTS for c in data["claims"])
     for b in data["benchmarks"]:
         assert set(b) >= {"name", "device", "dtype", "shape", "ours_s", "reference", "reference_s", "ratio"}
@@ -104,7 +106,7 @@ def test_a_causal_claim_is_checked_with_the_mask_only():
     registry.register(claim)
     try:
         r = Results(environment={})
-        DeriveStage(r, PROFILES["quick"], seed=0, log=lambda *a: None, only_claims={"K1"}).run()
+        DeriveStage(r, QUICK, seed=0, log=lambda *a: None, only_claims={"K1"}).run()
     finally:
         del registry.REGISTRY["K1"]
     assert {c.setting for c in r.checks if c.claim == "K1"} == {"masked"}

@@ -60,7 +60,8 @@ def test_a_perturbed_api_kernel_makes_its_claim_fail(monkeypatch):
     from derive import verdict
     from derive.results import Results
     from numeric import api
-    from numeric.stage import PROFILES, NumericStage
+    from derive.profile import QUICK
+    from numeric.stage import NumericStage
 
     def perturbed(original):
         def kernel(*args):
@@ -71,7 +72,7 @@ def test_a_perturbed_api_kernel_makes_its_claim_fail(monkeypatch):
     for name in ("attention_backward_masked", "attention_backward_unmasked"):
         monkeypatch.setattr(api.gen, name, perturbed(getattr(api.gen, name)))
     results = Results({})
-    stage = NumericStage(results, PROFILES["quick"], "cpu", 0, log=lambda *a: None)
+    stage = NumericStage(results, QUICK, "cpu", 0, log=lambda *a: None)
     torch.set_num_threads(1)
     stage.api_agreement()
     stage.identities(api.gen)
@@ -88,7 +89,8 @@ def test_a_path_contradicting_another_is_reported_loudly():
     from derive.all import open_verdicts, summary
     from derive.claims import Claim, Identity
     from derive.results import Results
-    from derive.stage import PROFILES, DeriveStage
+    from derive.profile import QUICK
+    from derive.stage import DeriveStage
 
     wrong = Claim("Z1", "wrong advantage", "x", "test", (Identity("main", ("n", "n"), "scores",
                   lambda m, i, j: m.derived_grad("s", i, j), lambda m, i, j: m.alpha(i, j) * m.b(i, j), "x"),))
@@ -97,7 +99,7 @@ def test_a_path_contradicting_another_is_reported_loudly():
         results = Results({})
         fault = next(f for f in engine_faults.FAULTS if f.id == "rational-differences-ignored")
         with engine_faults.planted(fault):
-            DeriveStage(results, PROFILES["quick"], 0, log=lambda *a: None, only_claims={"Z1"}).run()
+            DeriveStage(results, QUICK, 0, log=lambda *a: None, only_claims={"Z1"}).run()
     finally:
         del registry.REGISTRY["Z1"]
     z1 = results.claims["Z1"]

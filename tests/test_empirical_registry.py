@@ -1,0 +1,67 @@
+"""E1–E7: the registry, verdicts as a pure function of rule checks, and the fresh groups combined."""
+import pytest
+
+from derive import verdict
+from derive.results import Check, Results
+from numeric.experiments import registry, rules
+from numeric.experiments.frame import combine
+
+
+def rule(cid, label, v, reason="why", on="", **extra):
+    return Check(f"experiments/{cid}/verdict/{label}", "experiments", "rule", cid, "pass", 0.0,
+                 {"verdict": v, "reason": reason, "measured": {}, **extra}, None, on)
+
+
+def test_registry_holds_every_empirical_claim_once_with_its_rule_and_thresholds():
+    assert registry.IDS == tuple(f"E{i}" for i in range(1, 8))
+    for c in registry.claims():
+        assert c.ref.startswith("arXiv 2512.22473") and c.statement and c.reads
+        assert c.rule is getattr(rules, c.id.lower())
+        for name, value in c.thresholds.items():  # named after the rules module's constants, same values
+            assert getattr(rules, name) == value
+    assert registry.REGISTRY["E1"].figure["speedup"] == 2.3 and registry.REGISTRY["E2"].figure["h_min"] == 1.8292
+    with pytest.raises(ValueError, match="already registered"):
+        registry.register(registry.REGISTRY["E1"])
+
+
+def test_empirical_verdict_is_the_fresh_rule_with_every_question_in_the_evidence():
+    checks = [rule("E1", "replay", "partly-reproduced", "losses as printed", on="Paper's streams"),
+              rule("E1", "fresh", "reproduced", "speedup in interval", on="Fresh streams", seeds=20),
+              Check("experiments/sticky/valid", "experiments", "experiment", "E1", "pass", 0.0)]
+    v = verdict.empirical(checks)
+    assert v["verdict"] == "reproduced"
+    assert v["evidence"].index("Paper's streams: partly-reproduced") < v["evidence"].index("Fresh streams: reproduced")
+    assert v["verdicts"]["replay"]["verdict"] == "partly-reproduced" and v["verdicts"]["fresh"]["seeds"] == 20
+
+
+def test_empirical_verdict_fails_on_any_failing_check_and_is_not_run_without_a_rule():
+    control = Check("experiments/negative-control/E6/plus-A", "experiments", "negative-control", "E6", "fail", 0.0)
+    assert verdict.empirical([rule("E6", "rule", "reproduced"), control])["verdict"] == "failed"
+    valid = Check("experiments/sticky/valid", "experiments", "experiment", "E1", "pass", 0.0)
+    assert verdict.empirical([valid])["verdict"] == "not-run"
+    single = verdict.empirical([rule("E7", "rule", "partly-reproduced", "only rises")])
+    assert (single["verdict"], single["evidence"]) == ("partly-reproduced", "only rises")
+
+
+def test_assign_empirical_names_claims_from_the_catalogue():
+    r = Results({}, catalogue=registry.catalogue())
+    r.add(rule("E4", "rule", "not-reproduced", "attention late"))
+    verdict.assign_empirical(r, registry.IDS)
+    assert r.claims["E4"]["verdict"] == "not-reproduced" and r.claims["E4"]["name"] == "frame-precision"
+    assert r.claims["E4"]["ref"].startswith("arXiv 2512.22473") and "E5" not in r.claims
+    assert {c["id"]: c["verdict"] for c in r.to_json()["claims"]}["E5"] == "not-run"
+
+
+def test_frame_records_of_groups_combine_weighted_by_seeds():
+    def record(att, val):
+        return {"sgd": {"steps": [0, 5, 10], "tol": 0.2, "alpha_js_to_final": att, "alpha_jsd_to_final": att,
+                        "values_rel_change_to_final": val, "V_rel_change_to_final": val}}
+
+    out = combine([(1, record([1.0, 0.1, 0.0], [1.0, 1.0, 0.0])), (3, record([1.0, 0.5, 0.0], [1.0, 0.2, 0.0]))])["sgd"]
+    assert out["alpha_jsd_to_final"] == pytest.approx([1.0, 0.4, 0.0])
+    assert out["values_rel_change_to_final"] == pytest.approx([1.0, 0.4, 0.0])
+    assert out["attention_jsd_stable_step"] == 10 and out["values_stable_step"] == 10  # 0.4 > 0.2 at step 5
+    with pytest.raises(ValueError, match="checkpoints"):
+        bad = record([1.0, 0.0, 0.0], [1.0, 0.0, 0.0])
+        bad["sgd"]["steps"] = [0, 4, 10]
+        combine([(1, record([1.0, 0.1, 0.0], [1.0, 1.0, 0.0])), (1, bad)])
