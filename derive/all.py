@@ -135,19 +135,26 @@ def load_claims(args):
 
 
 def resolve_device(requested, stages):
-    """The device torch stages will use; derive and report never touch torch."""
+    """(device, reason): the device torch stages will use and why; derive and report never touch torch."""
     if not set(stages) & {"numeric", "experiments"}:
-        return "cpu" if requested == "auto" else requested
+        return ("cpu" if requested == "auto" else requested), "no torch stage runs"
     import importlib.util
 
     if importlib.util.find_spec("torch") is None:
         raise UsageError("torch is not installed; numeric stages need it (see README)")
-    import torch
+    from numeric import device as devices
 
-    has_cuda = torch.cuda.is_available()
-    if requested == "cuda" and not has_cuda:
-        raise UsageError("--device cuda was asked for but CUDA is not available on this machine")
-    return "cuda" if requested == "cuda" or (requested == "auto" and has_cuda) else "cpu"
+    try:
+        return devices.resolve(requested)
+    except RuntimeError as exc:
+        raise UsageError(str(exc)) from exc
+
+
+def torch_environment(device):
+    """What the run records of torch's device and precision; TF32 is switched off here for every torch stage."""
+    from numeric import device as devices
+
+    return {**devices.describe(device), "precision": devices.pin_precision()}
 
 
 def run_stage(stage, results, args, profile, only_claims):
@@ -362,7 +369,7 @@ def _main(argv):
         previous = load_previous(args.out, args.stages)
         only_claims = load_claims(args)
         threads = resolve_threads(args.threads)
-        device = resolve_device(args.device, args.stages)
+        device, device_reason = resolve_device(args.device, args.stages)
     except UsageError as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 2
@@ -370,6 +377,10 @@ def _main(argv):
         return report_only(args, previous, only_claims)
     profile = profiles.QUICK if args.quick else profiles.DEFAULT
     fresh = Results(environment(profile.name, device, args.seed, threads), catalogue=claim_catalogue())
+    fresh.environment["device_reason"] = device_reason
+    if set(args.stages) & {"numeric", "experiments"}:
+        fresh.environment.update(torch_environment(device))
+        print(f"device: {device} ({device_reason}); TF32 off")
     t0 = time.perf_counter()
     ran = [s for s in STAGES if s in args.stages]
     for stage in ran:
