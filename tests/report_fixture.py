@@ -206,11 +206,11 @@ def fixture_results():
                                         "speedup_reruns": [2.2, 2.3], "em_steps": 430, "steps": 1000, "h_min": 1.8292},
                               "paper_seeds": {"seeds": [42], "speedup": 1.917, "speedup_ci95": [1.7, 2.2],
                                               "sgd_final_loss": 2.04, "em_like_final_loss": 1.97},
-                              "mu_draws": {"seeds": [42, 2024], "speedup_mean": 2.2, "speedup_range": [1.9, 2.5],
-                                           "draws": [{"mu_rng": "torch-float32", "mu_seed": 0, "sgd_final_loss": 2.06,
+                              "mu_draws": {"seeds_per_draw": [1, 1], "speedup_mean": 2.2, "speedup_range": [1.9, 2.5],
+                                           "draws": [{"mu_rng": "torch-float32", "mu_seed": 0, "seeds": [42], "sgd_final_loss": 2.06,
                                                       "em_like_final_loss": 1.99, "speedup": 1.9,
                                                       "speedup_ci95": [1.6, 2.3]},
-                                                     {"mu_rng": "numpy-legacy", "mu_seed": 0, "sgd_final_loss": 2.05,
+                                                     {"mu_rng": "torch-float64", "mu_seed": 1, "seeds": [2024], "sgd_final_loss": 2.05,
                                                       "em_like_final_loss": 1.98, "speedup": 2.45,
                                                       "speedup_ci95": [2.1, 2.9]}]}},
             "sticky_replay": replay_full(), "typicality": typicality(),
@@ -236,6 +236,10 @@ def legacy_results():
         del r["experiments"][key]
     md = r["experiments"]["sticky_markov"]["mu_draws"]
     md["speedup_ci95"] = md.pop("speedup_range")  # an interval over the draws, as once written
+    md["seeds"] = [42, 2024]  # the same seeds under every draw, as once run
+    del md["seeds_per_draw"]
+    for d in md["draws"]:
+        del d["seeds"]
     r["checks"] = [c for c in r["checks"] if c["kind"] != "negative-control" or c["stage"] != "experiments"]
     for c in r["claims"]:
         c.pop("verdicts", None)

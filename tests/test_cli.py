@@ -114,9 +114,9 @@ def test_experiments_stage_quick_and_cached(tmp_path):
     assert {"h_min", "speedup", "speedup_ci95", "steps_to_threshold", "arms", "paired_t", "p_value"} <= set(sm)
     assert {"sgd", "em_like", "em_mstep"} <= set(sm["arms"])
     assert {"final_loss", "final_entropy", "accuracy", "heldout_loss"} <= set(sm["arms"]["sgd"])
-    assert sm["paper_seeds"]["seeds"] == [42, 2024] and len(sm["seeds"]) == 3  # the authors' seeds beside all
+    assert sm["paper_seeds"]["seeds"] == [42, 2024] and len(sm["seeds"]) == 4  # the authors' seeds beside all
     assert len(sm["paper_seeds"]["steps_to_threshold"]) == 2 and sm["paper_seeds"]["speedup"] > 0
     assert set(sm["frame_precision"]) == {"sgd", "em_like", "em_mstep"}
     assert any(c["id"] == "experiments/sticky/batched-equals-sequential" and c["status"] == "pass" for c in data["checks"])
     again = run("--only", "experiments", "--quick", "--device", "cpu", "--out", str(tmp_path), timeout=600)
-    assert again.returncode == 0 and "cached   sticky-main" in again.stdout and "cached   sticky-mstep" in again.stdout
+    assert again.returncode == 0 and "cached   sticky-fresh-0" in again.stdout and "cached   sticky-fresh-1" in again.stdout

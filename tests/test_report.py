@@ -48,9 +48,9 @@ def test_paper_seed_subset_is_shown_beside_the_full_seed_set(rendered):
     assert "On the authors' 1 seeds alone: speedup 1.92x (95% CI 1.7&ndash;2.2)" in html
     assert "On the authors' 1 seeds alone: speedup 1.92$\\times$ (95\\% CI 1.7--2.2)" in tex
     assert "final loss SGD 2.04, EM-like 1.97 (paper 2.03, 1.93)" in html
-    assert "<td>numpy-legacy</td><td class=\"num\">0</td>" in html and "range over draws 1.9&ndash;2.5" in html
-    assert "numpy-legacy & 0 & 2.05 & 1.98 & 2.45 & 2.1--2.9" in tex
-    assert "<td>paper</td><td></td><td class=\"num\">2.03</td><td class=\"num\">1.93</td><td class=\"num\">2.2&ndash;2.3</td>" in html
+    assert "<td>torch-float64</td><td class=\"num\">1</td><td>2024</td>" in html and "range over draws 1.9&ndash;2.5" in html
+    assert "torch-float64 & 1 & 2.05 & 1.98 & 2.45 & 2.1--2.9" in tex
+    assert "<td>paper</td><td></td><td></td><td class=\"num\">2.03</td><td class=\"num\">1.93</td><td class=\"num\">2.2&ndash;2.3</td>" in html
     assert "paper & & 2.03 & 1.93 & 2.2--2.3" in tex  # the paper's figures come from results.json
     assert "<b>4.5x</b> (per round 4.25&ndash;4.75)" in html
     assert "(paper 2.03, 1.93).\n\n\\begin{tabular}" in tex  # a paragraph, not text wrapped around the table
@@ -135,9 +135,10 @@ def test_tex_escape_covers_specials():
 
 
 def test_renders_results_with_nothing_run(tmp_path):
+    from derive.all import claim_catalogue
     from derive.results import Results
 
-    Results({"profile": "quick", "device": "cpu"}).write(tmp_path)
+    Results({"profile": "quick", "device": "cpu"}, catalogue=claim_catalogue()).write(tmp_path)
     status = render(tmp_path, pdf=False, log=lambda *a: None)
     html = (tmp_path / "report.html").read_text()
     assert status["html"][0] == "pass" and "not-run" in html and "E7" in html
@@ -352,10 +353,16 @@ def test_without_typicality_the_report_says_how_to_run_it(tmp_path):
     del r["experiments"]["typicality"]
     html, tex = _render(tmp_path, r)
     assert ('<p id="typicality-howto">Typicality study: not run. It is opt-in: '
-            "<code>python -m derive.all --only experiments --typicality</code> (about 45 minutes on 2 CPU cores); "
-            "the report reads the cached study whenever it is present.</p>") in html
-    assert (r"Typicality study: not run. It is opt-in: \texttt{python -m derive.all -{}-only experiments -{}-typicality} "
-            "(about 45 minutes on 2 CPU cores)") in tex
+            "<code>python -m derive.all --only experiments --extended</code> (with the LR-ratio sweep: about 50 minutes "
+            "on 2 CPU cores); the report reads the cached study whenever it is present.</p>") in html
+    assert (r"Typicality study: not run. It is opt-in: \texttt{python -m derive.all -{}-only experiments -{}-extended} "
+            "(with the LR-ratio sweep: about 50 minutes on 2 CPU cores)") in tex
+    assert 'id="sweep-howto"' not in html  # the fixture has the sweep
+    del r["experiments"]["lr_ratio_sweep"]
+    html, tex = _render(tmp_path, r)
+    assert ('<p id="sweep-howto">LR-ratio sweep: not run in this profile. It is opt-in: '
+            "<code>python -m derive.all --only experiments --extended</code>") in html
+    assert r"LR-ratio sweep: not run in this profile. It is opt-in: \texttt{python" in tex
     assert 'id="typicality-table"' not in html and "fig-typicality" not in html
 
 
@@ -377,11 +384,13 @@ def test_negative_controls_of_the_empirical_rules(rendered):
 def test_mu_draws_introduced_without_claiming_they_cannot_be_replayed(rendered):
     out, _ = rendered
     html, tex = (out / "report.html").read_text(), (out / "report.tex").read_text()
-    assert ("Other draws of the symbol means &mu; (the authors' draw is torch float32, seed 0), 2 seeds each: "
-            "speedup 2.2x on average (range over draws 1.9&ndash;2.5).") in html
-    assert "<td>torch-float32 (the authors' draw)</td>" in html
-    assert (r"Other draws of the symbol means $\mu$ (the authors' draw is torch float32, seed 0), 2 seeds each: "
-            r"speedup 2.2$\times$ on average {(}range over draws 1.9--2.5).") in tex
+    assert ("each under its own draw of the symbol means &mu; (the authors' draw is torch float32, seed 0), 1/1 seeds "
+            "per group; a difference between groups is &mu;'s and the seeds' together. Speedup 2.2x on average "
+            "(range over draws 1.9&ndash;2.5).") in html
+    assert "<td>torch-float32 (the authors' draw)</td><td class=\"num\">0</td><td>42</td>" in html
+    assert (r"each under its own draw of the symbol means $\mu$ (the authors' draw is torch float32, seed 0), 1/1 seeds "
+            r"per group; a difference between groups is $\mu$'s and the seeds' together. Speedup 2.2$\times$ on "
+            r"average {(}range over draws 1.9--2.5).") in tex
     for text in (html, tex):
         assert "cannot be replayed" not in text and "PAPER.md" not in text
     assert '<p class="small">the paper, C1. Proof obligations:</p>' in html

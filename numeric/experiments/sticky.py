@@ -143,7 +143,9 @@ def learning_rates(cfg, device):
     lrs = torch.tensor([ARMS[a][0] for a in cfg.arms], dtype=cfg.torch_dtype, device=device)  # (A, 4)
     for a, lr in enumerate(cfg.value_lrs):
         lrs[a, 2] = lr
-    mstep = torch.tensor([ARMS[a][1] for a in cfg.arms], device=device)
+    flags = [ARMS[a][1] for a in cfg.arms]
+    # None when no arm takes the M-step: decided here, once per run, not by reading the device every step
+    mstep = torch.tensor(flags, device=device) if any(flags) else None
     return [lrs[:, p].view(-1, 1, 1, 1) for p in range(4)], mstep
 
 
@@ -196,7 +198,7 @@ def gradients(params, data, scale, blocks, mstep, work=None):
     # transposed views of contiguous products, so each block adds contiguous rows
     dQ, dKT, dVT = torch.empty_like(q), torch.zeros_like(k.mT), torch.zeros_like(v.mT)
     loss, dW_O = 0.0, 0.0
-    any_mstep = bool(mstep.any())
+    any_mstep = mstep is not None  # a per-run constant (learning_rates): no host sync in the step
     resp = torch.zeros(v.shape[:-1], dtype=v.dtype, device=v.device) if any_mstep else None  # N_j = sum_i alpha_ij
     for lo, hi, upper in blocks:
         alpha, o = _block_attention(q, k, v, lo, hi, upper, scale, work)
@@ -313,22 +315,24 @@ def train(cfg, device="cpu", progress=None, state_path=None, save_every=100, on_
         on_start(start)
     for step in range(start, cfg.steps + 1):
         if state_path is not None and step > start and step % save_every == 0:
-            state = {"params": [p.cpu() for p in params], "losses": losses, "tracked": tracked, "values": values,
+            state = {"params": [p.cpu() for p in params], "losses": [x.cpu() for x in losses], "tracked": tracked,
+                     "values": values,
                      "step": step}
             save_atomic(state, state_path)
         if step in marks:
             tracked.append(track_alpha(params, data, scale, rows).cpu())
             values.append(params[2].detach().cpu().clone())
         if step == cfg.steps:
-            losses.append(probabilities_loss(params, data, scale, blocks).cpu())
+            losses.append(probabilities_loss(params, data, scale, blocks))
             break
         loss, grads = gradients(params, data, scale, blocks, mstep, work)
-        losses.append(loss.detach().cpu())
+        losses.append(loss.detach())  # kept on the device; copied once at the end and at saves
         for p, g, lr in zip(params, grads, lrs):
             p.sub_(lr * g)
         if progress:
             progress(step)
-    return Run(torch.stack(losses, -1).double(), [p.cpu() for p in params], marks, tracked, values)
+    return Run(torch.stack([x.to(device) for x in losses], -1).double().cpu(), [p.cpu() for p in params], marks, tracked,
+               values)
 
 
 def save_atomic(obj, path):
