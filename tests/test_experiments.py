@@ -1,4 +1,5 @@
 """Experiments: the chain, its exact Bayes predictor, the batched trainer, statistics, simulations."""
+import dataclasses
 import itertools
 import math
 
@@ -221,3 +222,23 @@ def test_interrupted_training_resumes_exactly(tmp_path):
     assert torch.equal(resumed.losses, full.losses)
     assert all(torch.equal(a, b) for a, b in zip(resumed.params, full.params))
     assert len(resumed.tracked) == len(full.tracked)
+
+
+def test_speed_comparison_times_the_step_loops_only(monkeypatch):
+    """Set-up (make_data) is outside both clocks: making it slow does not change the timed seconds."""
+    import time as time_module
+
+    from numeric.experiments import speed
+
+    cfg = sticky.StickyConfig(length=40, steps=100, seeds=(42,), arms=("sgd",), blocks=2)
+    make_data = sticky.make_data
+
+    def slow(*a, **k):
+        time_module.sleep(0.3)
+        return make_data(*a, **k)
+
+    monkeypatch.setattr(sticky, "make_data", slow)
+    res = speed.compare(cfg, 2, rounds=1)
+    assert res["ours_timed_s"] < 0.3 and res["sequential_timed_s"] < 0.3
+    run = sticky.train(dataclasses.replace(cfg, steps=3, checkpoints=1))
+    assert 0 < run.loop_seconds < 0.3

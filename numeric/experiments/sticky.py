@@ -9,6 +9,7 @@ time, dense masked attention, torch.autograd; the exactness check compares the t
 from __future__ import annotations
 
 import math
+import time
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -235,10 +236,17 @@ def track_alpha(params, data, scale, rows):
     return torch.softmax(s.masked_fill(~mask, float("-inf")), -1)
 
 
-def reference_run(cfg, arm, seed_index, steps, device="cpu"):
+def _sync(device):
+    if torch.device(device).type == "cuda":
+        torch.cuda.synchronize(device)
+
+
+def reference_run(cfg, arm, seed_index, steps, device="cpu", timing=None):
     """The authors' way: one seed and arm, dense masked attention, torch.autograd, a Python loop.
 
-    Returns the loss after each step's forward (steps values) and the final parameters."""
+    Returns the loss after each step's forward (steps values) and the final parameters. With a dict
+    `timing`, timing["loop_seconds"] is the wall time of the step loop alone (set-up excluded, the
+    device synchronised at both ends)."""
     seed = cfg.seeds[seed_index]  # only this run's data and parameters, as a one-run script makes them
     data = make_data(cfg, device, seeds=(seed,))
     x, y = data.x[0, 0], data.y[0]
@@ -247,6 +255,8 @@ def reference_run(cfg, arm, seed_index, steps, device="cpu"):
     T = x.shape[0]
     mask = torch.ones(T, T, dtype=torch.bool, device=device).tril()
     losses = []
+    _sync(device)
+    t0 = time.perf_counter()
     for _ in range(steps):
         q, k, v = x @ params[0], x @ params[1], x @ params[2]
         alpha = torch.softmax((q @ k.T / math.sqrt(cfg.d_k)).masked_fill(~mask, float("-inf")), -1)
@@ -257,8 +267,11 @@ def reference_run(cfg, arm, seed_index, steps, device="cpu"):
         with torch.no_grad():
             for p, g, lr in zip(params, grads, lrs):
                 p -= lr * g
-        losses.append(float(loss.detach()))
-    return losses, [p.detach() for p in params]
+        losses.append(loss.detach())
+    _sync(device)
+    if timing is not None:
+        timing["loop_seconds"] = time.perf_counter() - t0
+    return [float(x) for x in losses], [p.detach() for p in params]
 
 
 class _ScaleGrad(torch.autograd.Function):
@@ -288,6 +301,7 @@ class Run:
     checkpoints: list  # step indices
     tracked: list  # per checkpoint: alpha rows (A, S, R, T)
     values: list  # per checkpoint: W_V (A, S, d_in, d_v)
+    loop_seconds: float = float("nan")  # wall time of the training steps alone (set-up and final loss excluded)
 
 
 def train(cfg, device="cpu", progress=None, state_path=None, save_every=100, on_start=None, log=print):
@@ -313,6 +327,8 @@ def train(cfg, device="cpu", progress=None, state_path=None, save_every=100, on_
         losses, tracked, values, start = saved["losses"], saved["tracked"], saved["values"], saved["step"]
     if on_start:
         on_start(start)
+    _sync(device)
+    t0, loop = time.perf_counter(), 0.0
     for step in range(start, cfg.steps + 1):
         if state_path is not None and step > start and step % save_every == 0:
             state = {"params": [p.cpu() for p in params], "losses": [x.cpu() for x in losses], "tracked": tracked,
@@ -323,6 +339,8 @@ def train(cfg, device="cpu", progress=None, state_path=None, save_every=100, on_
             tracked.append(track_alpha(params, data, scale, rows).cpu())
             values.append(params[2].detach().cpu().clone())
         if step == cfg.steps:
+            _sync(device)
+            loop = time.perf_counter() - t0
             losses.append(probabilities_loss(params, data, scale, blocks))
             break
         loss, grads = gradients(params, data, scale, blocks, mstep, work)
@@ -332,7 +350,7 @@ def train(cfg, device="cpu", progress=None, state_path=None, save_every=100, on_
         if progress:
             progress(step)
     return Run(torch.stack([x.to(device) for x in losses], -1).double().cpu(), [p.cpu() for p in params], marks, tracked,
-               values)
+               values, loop)
 
 
 def save_atomic(obj, path):
