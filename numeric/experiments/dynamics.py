@@ -33,12 +33,17 @@ class DynamicsConfig:
         return self
 
 
-def _problem(cfg, g):
+def _problem(cfg, g, device="cpu"):
+    """Drawn on the CPU generator `g`, then moved: the same problem on every device."""
     B, n, d, m = cfg.instances, cfg.n, cfg.d, cfg.classes
     q, k, v = (torch.randn(B, n, d, generator=g, dtype=torch.float64) for _ in range(3))
     w_o = torch.randn(d, m, generator=g, dtype=torch.float64)
     y = torch.randint(0, m, (B, n), generator=g)
-    return q, k, v, w_o, y
+    return tuple(t.to(device) for t in (q, k, v, w_o, y))
+
+
+def _causal(n, device):
+    return torch.ones(n, n, dtype=torch.bool, device=device).tril()
 
 
 def _u(q, k, v, w_o, y, mask):
@@ -50,7 +55,7 @@ def _u(q, k, v, w_o, y, mask):
     return u
 
 
-def advantage_sign_agreement(cfg):
+def advantage_sign_agreement(cfg, device="cpu"):
     """E6: after one gradient step of size h, the fraction of allowed (i, j) with
     sign(delta alpha_ij) == sign(-A_ij), for steps on the scores and on the queries/keys.
 
@@ -59,8 +64,8 @@ def advantage_sign_agreement(cfg):
     fractions sum to 1; a rule that passes the control is not testing the sign of A."""
     cfg.validate()
     g = torch.Generator().manual_seed(cfg.seed)
-    q, k, v, w_o, y = _problem(cfg, g)
-    mask = torch.ones(cfg.n, cfg.n, dtype=torch.bool).tril()
+    q, k, v, w_o, y = _problem(cfg, g, device)
+    mask = _causal(cfg.n, device)
     u = _u(q, k, v, w_o, y, mask)
     grads = attention_backward(q, k, v, u, mask=mask)
     alpha, A = grads.alpha, grads.A
@@ -93,7 +98,7 @@ def _derangements(instances, n, g):
     return out
 
 
-def specialisation(cfg):
+def specialisation(cfg, device="cpu"):
     """E7: train free values by SGD; track cos(v_j, m_j) with m_j = -sum_i alpha_ij u_i / N_j (the
     responsibility-weighted mean error signal of the queries routed to j) and the alignment of each
     value update with m_j.
@@ -108,10 +113,10 @@ def specialisation(cfg):
     `*_final_per_instance`) let a rule put an interval over instances on the rise and the margin."""
     cfg.validate()
     g = torch.Generator().manual_seed(cfg.seed + 1)
-    q, k, v, w_o, y = _problem(cfg, g)
-    perm = _derangements(cfg.instances, cfg.n, torch.Generator().manual_seed(cfg.seed + 3))
+    q, k, v, w_o, y = _problem(cfg, g, device)
+    perm = _derangements(cfg.instances, cfg.n, torch.Generator().manual_seed(cfg.seed + 3)).to(device)
     v = v * 0.1
-    mask = torch.ones(cfg.n, cfg.n, dtype=torch.bool).tril()
+    mask = _causal(cfg.n, device)
     marks = {round(cfg.train_steps * c / (cfg.checkpoints - 1)) for c in range(cfg.checkpoints)}
     out = {"steps": [], "cos_value_signal": [], "cos_value_control": [], "cos_update_signal": [], "loss": []}
     per_instance = []  # (own, control) per checkpoint, each (instances,)
@@ -139,12 +144,12 @@ def specialisation(cfg):
     return out
 
 
-def saturation(cfg):
+def saturation(cfg, device="cpu"):
     """C9 numerically: as the inverse temperature grows, attention concentrates; per row,
     sum_j |dS_ij| against the bound 4 (1 - max alpha) max |b|, and ||dS|| against ||dV||."""
     cfg.validate()
     g = torch.Generator().manual_seed(cfg.seed + 2)
-    q, k, v, w_o, y = _problem(cfg, g)
+    q, k, v, w_o, y = _problem(cfg, g, device)
     out = {"beta": [], "max_alpha": [], "ds_norm": [], "dv_norm": [], "worst_bound_ratio": []}
     for beta in cfg.temperatures:
         qb = q * beta

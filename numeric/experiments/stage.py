@@ -425,9 +425,9 @@ class ExperimentStage:
     def simulations(self):
         cfg = self.cfgs["dynamics"]
         t0 = time.perf_counter()
-        e6 = dynamics.advantage_sign_agreement(cfg)
-        e7 = dynamics.specialisation(cfg)
-        c9 = dynamics.saturation(cfg)
+        e6 = dynamics.advantage_sign_agreement(cfg, self.device)
+        e7 = dynamics.specialisation(cfg, self.device)
+        c9 = dynamics.saturation(cfg, self.device)
         self.data["dynamics"] = {"advantage_sign": e6, "specialisation": e7, "saturation": c9}
         worst = max(c9["worst_bound_ratio"])
         self._check("experiments/saturation-bound", "C9", worst <= 1 + 1e-9, time.perf_counter() - t0,
@@ -445,7 +445,7 @@ class ExperimentStage:
         out = {}
         for arm in ("sgd", "em_like"):
             def run(arm=arm):
-                model, curve = windtunnel.train(cfg, arm)
+                model, curve = windtunnel.train(cfg, arm, self.device)
                 return {"curve": curve[:: max(1, len(curve) // 200)], **windtunnel.evaluate(cfg, model)}
 
             out[arm] = self.cache.get_or_run(f"tunnel-{windtunnel.EVALUATION}-{arm}", cfg, self.device, run, self.log)

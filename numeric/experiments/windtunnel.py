@@ -95,11 +95,13 @@ class Tunnel(torch.nn.Module):
         return o, self.readout(o)
 
 
-def train(cfg, arm):
-    """Train one model with arm 'sgd' (one LR) or 'em_like' (value LR x value_lr_ratio)."""
+def train(cfg, arm, device="cpu"):
+    """Train one model with arm 'sgd' (one LR) or 'em_like' (value LR x value_lr_ratio) on `device`. The
+    model is initialised and every batch drawn on the CPU, then moved: the same run on every device.
+    The loss curve stays on the device until the end (no host sync per step)."""
     cfg.validate()
     torch.manual_seed(cfg.seed)
-    model = Tunnel(cfg).double()
+    model = Tunnel(cfg).double().to(device)
     v_lr = cfg.lr * (cfg.value_lr_ratio if arm == "em_like" else 1.0)
     groups = [{"params": [model.head.w_q, model.head.w_k, *model.readout.parameters()], "lr": cfg.lr},
               {"params": [model.head.w_v], "lr": v_lr}]
@@ -108,20 +110,23 @@ def train(cfg, arm):
     curve = []
     for _ in range(cfg.steps):
         y = sample(cfg, cfg.batch, g)
-        _, logits = model(inputs(cfg, y))
+        x, y = inputs(cfg, y).to(device), y.to(device)
+        _, logits = model(x)
         loss = torch.nn.functional.cross_entropy(logits.flatten(0, 1), y[:, 1:].flatten())
         opt.zero_grad()
         loss.backward()
         opt.step()
-        curve.append(float(loss.detach()))
-    return model, curve
+        curve.append(loss.detach())
+    return model, torch.stack(curve).cpu().tolist() if curve else []
 
 
 def evaluate(cfg, model):
+    """Metrics of a trained model on fresh sequences, run on the model's device and scored on the CPU."""
     g = torch.Generator().manual_seed(cfg.seed + 99)
     y = sample(cfg, cfg.eval_batch, g)
+    device = next(model.parameters()).device
     with torch.no_grad():
-        o, logits = model(inputs(cfg, y))
+        o, logits = (t.cpu() for t in model(inputs(cfg, y).to(device)))
     p = torch.softmax(logits, -1)
     bayes = bayes_predictive(cfg, y)
     ln2 = math.log(2)
