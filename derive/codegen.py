@@ -175,9 +175,10 @@ def emit_kernel(kernel: Kernel) -> str:
             body.append(f"    {name} = {code}  # {_shape(fresh, m)}")
     returned = []
     for out, ix, expr in results:
-        code = _line(printer, expr, ix) if expr != 0 else "0"
-        if code != out.name:
-            body.append(f"    {out.name} = {code}  # {_shape(ix, m)}")
+        line = _line(printer, expr, ix)
+        if line.code != out.name:
+            shape = _shape(ix, m)
+            body.append(f"    {out.name} = {line.code}  # {'a number, broadcast to ' + shape if line.number else shape}")
         returned.append(out.name)
     return _assemble(kernel, names["__args__"], sizes, body, returned)
 
@@ -208,10 +209,10 @@ def _inplace(printer, expr, axes, dead):
     for t in candidates:
         chain = _update_chain(expr, t)
         if chain is not None:
-            return str(t.base.label) + "".join(f".{op}_({_line(printer, arg, axes)})" for op, arg in chain)
+            return str(t.base.label) + "".join(f".{op}_({_line(printer, arg, axes).code})" for op, arg in chain)
     printer.overwritable = dead
     try:
-        return _line(printer, expr, axes)
+        return _line(printer, expr, axes).code
     finally:
         printer.overwritable = set()
 
@@ -240,20 +241,7 @@ def _add_or_sub(term):
 
 def _line(printer, expr, axes):
     printer.target = tuple(axes)
-    return _unwrap(align(printer.tensor(expr), axes))
-
-
-def _unwrap(code):
-    """Drop one pair of outer parentheses when they enclose the whole expression."""
-    if not (code.startswith("(") and code.endswith(")")):
-        return code
-    depth = 0
-    for pos, ch in enumerate(code):
-        depth += ch == "("
-        depth -= ch == ")"
-        if depth == 0 and pos < len(code) - 1:
-            return code
-    return code[1:-1]
+    return align(printer.tensor(expr), axes)
 
 
 ARG_ORDER = ("q", "k", "v", "s", "alpha", "o", "U", "X", "WQ", "WK", "WV", "WO", "Y", "dQ", "dK", "dV", "Delta", "M")
@@ -303,7 +291,7 @@ def _sizes(args, quantity_dims):
 def _shape(ix, m):
     from derive.general import SIZE_NAMES
 
-    return "(..., " + ", ".join(SIZE_NAMES[m.dim_of(i)] for i in ix) + ")" if ix else "scalar"
+    return "(..." + "".join(", " + SIZE_NAMES[m.dim_of(i)] for i in ix) + ")"  # ...: the batch dims
 
 
 def _assemble(kernel, args, sizes, body, returned):
@@ -328,8 +316,6 @@ import torch
 
 def _recip(x):
     """1/x with 1/0 := 0, so a fully masked row has zero attention and zero gradients."""
-    if not torch.is_tensor(x):
-        return 1 / x
     return torch.where(x == 0, torch.zeros_like(x), 1 / x)
 
 

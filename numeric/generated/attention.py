@@ -8,8 +8,6 @@ import torch
 
 def _recip(x):
     """1/x with 1/0 := 0, so a fully masked row has zero attention and zero gradients."""
-    if not torch.is_tensor(x):
-        return 1 / x
     return torch.where(x == 0, torch.zeros_like(x), 1 / x)
 
 
@@ -45,7 +43,7 @@ def attention_backward_masked(q, k, v, u, mask, scale):
     b = u @ v.mT  # (..., n, n)
     o = alpha @ v  # (..., n, d_v)
     baseline = torch.linalg.vecdot(o, u)  # (..., n)
-    dS = ((-baseline)[..., :, None] + b) * alpha  # (..., n, n)
+    dS = (b - baseline[..., :, None]) * alpha  # (..., n, n)
     dQ = dS @ (scale * k)  # (..., n, d_k)
     dK = ((scale * q).mT @ dS).mT  # (..., n, d_k)
     dV = (u.mT @ alpha).mT  # (..., n, d_v)
@@ -68,7 +66,7 @@ def attention_backward_unmasked(q, k, v, u, scale):
     b = u @ v.mT  # (..., n, n)
     o = alpha @ v  # (..., n, d_v)
     baseline = torch.linalg.vecdot(o, u)  # (..., n)
-    dS = ((-baseline)[..., :, None] + b) * alpha  # (..., n, n)
+    dS = (b - baseline[..., :, None]) * alpha  # (..., n, n)
     dQ = dS @ (scale * k)  # (..., n, d_k)
     dK = ((scale * q).mT @ dS).mT  # (..., n, d_k)
     dV = (u.mT @ alpha).mT  # (..., n, d_v)
@@ -80,7 +78,7 @@ def attention_backward_from_forward(q, k, v, alpha, o, u, scale):
     """B, dS, dQ, dK, dV reusing alpha and o from the forward (alpha is zero where masked, so no mask is needed)."""
     b = u @ v.mT  # (..., n, n)
     baseline = torch.linalg.vecdot(o, u)  # (..., n)
-    dS = ((-baseline)[..., :, None] + b) * alpha  # (..., n, n)
+    dS = (b - baseline[..., :, None]) * alpha  # (..., n, n)
     dQ = dS @ (scale * k)  # (..., n, d_k)
     dK = ((scale * q).mT @ dS).mT  # (..., n, d_k)
     dV = (u.mT @ alpha).mT  # (..., n, d_v)
@@ -104,9 +102,9 @@ def readout_backward(o, w_o, y):
     n_size = o.shape[-2]
     z = o @ w_o  # (..., n, m)
     p = _softmax(z, None, dim=-1)  # (..., n, m)
-    u = ((-y) + p) @ (_recip(n_size) * w_o).mT  # (..., n, d_v)
-    dW_O = o.mT @ (_recip(n_size) * ((-torch.einsum("...ab->...ba", y)) + torch.einsum("...ab->...ba", p))).mT  # (..., d_v, m)
-    loss = ((_recip(n_size) * (torch.linalg.vecdot((-1 * y), z) + torch.logsumexp(z, dim=-1)))).sum(dim=-1)  # scalar
+    u = (p - y) @ (w_o / n_size).mT  # (..., n, d_v)
+    dW_O = o.mT @ ((p - y) / n_size)  # (..., d_v, m)
+    loss = ((torch.logsumexp(z, dim=-1) - torch.linalg.vecdot(y, z)) / n_size).sum(dim=-1)  # (...)
     return p, u, dW_O, loss
 
 
@@ -125,10 +123,10 @@ def identity_c1_main(v, s, w_o, y, mask, grad_s):
     o = alpha @ v  # (..., n, d_v)
     z = o @ w_o  # (..., n, m)
     p = _softmax_(z, None, dim=-1)  # (..., n, m)
-    u = ((-y) + p) @ (_recip(n_size) * w_o).mT  # (..., n, d_v)
+    u = (p - y) @ (w_o / n_size).mT  # (..., n, d_v)
     b = u @ v.mT  # (..., n, n)
     baseline = torch.linalg.vecdot(alpha, b)  # (..., n)
-    dS = alpha.mul_((-baseline)[..., :, None] + b)  # (..., n, n)
+    dS = alpha.mul_(b - baseline[..., :, None])  # (..., n, n)
     derived = grad_s  # (..., n, n)
     closed = dS  # (..., n, n)
     return derived, closed
@@ -141,7 +139,7 @@ def identity_c1_fused_baseline(v, s, w_o, y, mask):
     o = alpha @ v  # (..., n, d_v)
     z = o @ w_o  # (..., n, m)
     p = _softmax_(z, None, dim=-1)  # (..., n, m)
-    u = ((-y) + p) @ (_recip(n_size) * w_o).mT  # (..., n, d_v)
+    u = (p - y) @ (w_o / n_size).mT  # (..., n, d_v)
     b = u @ v.mT  # (..., n, n)
     baseline = torch.linalg.vecdot(alpha, b)  # (..., n)
     derived = baseline  # (..., n)
@@ -156,7 +154,7 @@ def mutant_m1_drop_baseline(v, s, w_o, y, mask, grad_s):
     o = alpha @ v  # (..., n, d_v)
     z = o @ w_o  # (..., n, m)
     p = _softmax_(z, None, dim=-1)  # (..., n, m)
-    u = ((-y) + p) @ (_recip(n_size) * w_o).mT  # (..., n, d_v)
+    u = (p - y) @ (w_o / n_size).mT  # (..., n, d_v)
     b = u @ v.mT  # (..., n, n)
     derived = grad_s  # (..., n, n)
     closed = alpha * b  # (..., n, n)
@@ -170,10 +168,10 @@ def mutant_m2_uniform_baseline(v, s, w_o, y, mask, grad_s):
     o = alpha @ v  # (..., n, d_v)
     z = o @ w_o  # (..., n, m)
     p = _softmax_(z, None, dim=-1)  # (..., n, m)
-    u = ((-y) + p) @ (_recip(n_size) * w_o).mT  # (..., n, d_v)
+    u = (p - y) @ (w_o / n_size).mT  # (..., n, d_v)
     b = u @ v.mT  # (..., n, n)
     derived = grad_s  # (..., n, n)
-    closed = (((-1 * _recip(n_size) * b)).sum(dim=-1)[..., :, None] + b) * alpha  # (..., n, n)
+    closed = (b - (b / n_size).sum(dim=-1)[..., :, None]) * alpha  # (..., n, n)
     return derived, closed
 
 
@@ -184,11 +182,11 @@ def mutant_m3_drop_alpha(v, s, w_o, y, mask, grad_s):
     o = alpha @ v  # (..., n, d_v)
     z = o @ w_o  # (..., n, m)
     p = _softmax_(z, None, dim=-1)  # (..., n, m)
-    u = ((-y) + p) @ (_recip(n_size) * w_o).mT  # (..., n, d_v)
+    u = (p - y) @ (w_o / n_size).mT  # (..., n, d_v)
     b = u @ v.mT  # (..., n, n)
     baseline = torch.linalg.vecdot(alpha, b)  # (..., n)
     derived = grad_s  # (..., n, n)
-    closed = (-baseline)[..., :, None] + b  # (..., n, n)
+    closed = b - baseline[..., :, None]  # (..., n, n)
     return derived, closed
 
 
@@ -199,10 +197,10 @@ def mutant_m4_flip_sign(v, s, w_o, y, mask, grad_s):
     o = alpha @ v  # (..., n, d_v)
     z = o @ w_o  # (..., n, m)
     p = _softmax_(z, None, dim=-1)  # (..., n, m)
-    u = ((-y) + p) @ (_recip(n_size) * w_o).mT  # (..., n, d_v)
+    u = (p - y) @ (w_o / n_size).mT  # (..., n, d_v)
     b = u @ v.mT  # (..., n, n)
     baseline = torch.linalg.vecdot(alpha, b)  # (..., n)
-    dS = alpha.mul_((-baseline)[..., :, None] + b)  # (..., n, n)
+    dS = alpha.mul_(b - baseline[..., :, None])  # (..., n, n)
     derived = grad_s  # (..., n, n)
     closed = -dS  # (..., n, n)
     return derived, closed
@@ -215,10 +213,10 @@ def mutant_m5_masked_baseline(v, s, w_o, y, mask, grad_s):
     o = alpha @ v  # (..., n, d_v)
     z = o @ w_o  # (..., n, m)
     p = _softmax_(z, None, dim=-1)  # (..., n, m)
-    u = ((-y) + p) @ (_recip(n_size) * w_o).mT  # (..., n, d_v)
+    u = (p - y) @ (w_o / n_size).mT  # (..., n, d_v)
     b = u @ v.mT  # (..., n, n)
     derived = grad_s  # (..., n, n)
-    closed = (torch.linalg.vecdot((-1 * _softmax(s, None, dim=-1)), b)[..., :, None] + b) * alpha  # (..., n, n)
+    closed = (b - torch.linalg.vecdot(_softmax(s, None, dim=-1), b)[..., :, None]) * alpha  # (..., n, n)
     return derived, closed
 
 
@@ -229,7 +227,7 @@ def identity_c2_main(v, s, w_o, y, mask, grad_v):
     o = alpha @ v  # (..., n, d_v)
     z = o @ w_o  # (..., n, m)
     p = _softmax_(z, None, dim=-1)  # (..., n, m)
-    u = ((-y) + p) @ (_recip(n_size) * w_o).mT  # (..., n, d_v)
+    u = (p - y) @ (w_o / n_size).mT  # (..., n, d_v)
     dV = (u.mT @ alpha).mT  # (..., n, d_v)
     derived = grad_v  # (..., n, d_v)
     closed = dV  # (..., n, d_v)
@@ -243,7 +241,7 @@ def mutant_m6_wrong_index(v, s, w_o, y, mask, grad_v):
     o = alpha @ v  # (..., n, d_v)
     z = o @ w_o  # (..., n, m)
     p = _softmax_(z, None, dim=-1)  # (..., n, m)
-    u = ((-y) + p) @ (_recip(n_size) * w_o).mT  # (..., n, d_v)
+    u = (p - y) @ (w_o / n_size).mT  # (..., n, d_v)
     derived = grad_v  # (..., n, d_v)
     closed = alpha @ u  # (..., n, d_v)
     return derived, closed
@@ -257,10 +255,10 @@ def identity_c3_main(q, k, v, w_o, y, mask, grad_q, scale):
     o = alpha @ v  # (..., n, d_v)
     z = o @ w_o  # (..., n, m)
     p = _softmax_(z, None, dim=-1)  # (..., n, m)
-    u = ((-y) + p) @ (_recip(n_size) * w_o).mT  # (..., n, d_v)
+    u = (p - y) @ (w_o / n_size).mT  # (..., n, d_v)
     b = u @ v.mT  # (..., n, n)
     baseline = torch.linalg.vecdot(alpha, b)  # (..., n)
-    dS = alpha.mul_((-baseline)[..., :, None] + b)  # (..., n, n)
+    dS = alpha.mul_(b - baseline[..., :, None])  # (..., n, n)
     dQ = dS @ (scale * k)  # (..., n, d_k)
     derived = grad_q  # (..., n, d_k)
     closed = dQ  # (..., n, d_k)
@@ -275,10 +273,10 @@ def mutant_m7_lose_scale(q, k, v, w_o, y, mask, grad_q, scale):
     o = alpha @ v  # (..., n, d_v)
     z = o @ w_o  # (..., n, m)
     p = _softmax_(z, None, dim=-1)  # (..., n, m)
-    u = ((-y) + p) @ (_recip(n_size) * w_o).mT  # (..., n, d_v)
+    u = (p - y) @ (w_o / n_size).mT  # (..., n, d_v)
     b = u @ v.mT  # (..., n, n)
     baseline = torch.linalg.vecdot(alpha, b)  # (..., n)
-    dS = alpha.mul_((-baseline)[..., :, None] + b)  # (..., n, n)
+    dS = alpha.mul_(b - baseline[..., :, None])  # (..., n, n)
     derived = grad_q  # (..., n, d_k)
     closed = dS @ k  # (..., n, d_k)
     return derived, closed
@@ -292,10 +290,10 @@ def mutant_m8_transpose_qk(q, k, v, w_o, y, mask, grad_q, scale):
     o = alpha @ v  # (..., n, d_v)
     z = o @ w_o  # (..., n, m)
     p = _softmax_(z, None, dim=-1)  # (..., n, m)
-    u = ((-y) + p) @ (_recip(n_size) * w_o).mT  # (..., n, d_v)
+    u = (p - y) @ (w_o / n_size).mT  # (..., n, d_v)
     b = u @ v.mT  # (..., n, n)
     baseline = torch.linalg.vecdot(alpha, b)  # (..., n)
-    dS = alpha.mul_((-baseline)[..., :, None] + b)  # (..., n, n)
+    dS = alpha.mul_(b - baseline[..., :, None])  # (..., n, n)
     derived = grad_q  # (..., n, d_k)
     closed = ((scale * k).mT @ dS).mT  # (..., n, d_k)
     return derived, closed
@@ -309,10 +307,10 @@ def identity_c4_main(q, k, v, w_o, y, mask, grad_k, scale):
     o = alpha @ v  # (..., n, d_v)
     z = o @ w_o  # (..., n, m)
     p = _softmax_(z, None, dim=-1)  # (..., n, m)
-    u = ((-y) + p) @ (_recip(n_size) * w_o).mT  # (..., n, d_v)
+    u = (p - y) @ (w_o / n_size).mT  # (..., n, d_v)
     b = u @ v.mT  # (..., n, n)
     baseline = torch.linalg.vecdot(alpha, b)  # (..., n)
-    dS = alpha.mul_((-baseline)[..., :, None] + b)  # (..., n, n)
+    dS = alpha.mul_(b - baseline[..., :, None])  # (..., n, n)
     dK = ((scale * q).mT @ dS).mT  # (..., n, d_k)
     derived = grad_k  # (..., n, d_k)
     closed = dK  # (..., n, d_k)
@@ -327,10 +325,10 @@ def mutant_m9_transpose_qk(q, k, v, w_o, y, mask, grad_k, scale):
     o = alpha @ v  # (..., n, d_v)
     z = o @ w_o  # (..., n, m)
     p = _softmax_(z, None, dim=-1)  # (..., n, m)
-    u = ((-y) + p) @ (_recip(n_size) * w_o).mT  # (..., n, d_v)
+    u = (p - y) @ (w_o / n_size).mT  # (..., n, d_v)
     b = u @ v.mT  # (..., n, n)
     baseline = torch.linalg.vecdot(alpha, b)  # (..., n)
-    dS = alpha.mul_((-baseline)[..., :, None] + b)  # (..., n, n)
+    dS = alpha.mul_(b - baseline[..., :, None])  # (..., n, n)
     derived = grad_k  # (..., n, d_k)
     closed = ((scale * k).mT @ dS).mT  # (..., n, d_k)
     return derived, closed
@@ -341,7 +339,7 @@ def identity_c5_main(o, w_o, y, grad_o):
     n_size = o.shape[-2]
     z = o @ w_o  # (..., n, m)
     p = _softmax_(z, None, dim=-1)  # (..., n, m)
-    u = ((-y) + p) @ (_recip(n_size) * w_o).mT  # (..., n, d_v)
+    u = (p - y) @ (w_o / n_size).mT  # (..., n, d_v)
     derived = grad_o  # (..., n, d_v)
     closed = u  # (..., n, d_v)
     return derived, closed
@@ -352,14 +350,14 @@ def mutant_m10_lose_1_t(o, w_o, y, grad_o):
     z = o @ w_o  # (..., n, m)
     p = _softmax_(z, None, dim=-1)  # (..., n, m)
     derived = grad_o  # (..., n, d_v)
-    closed = ((-y) + p) @ w_o.mT  # (..., n, d_v)
+    closed = (p - y) @ w_o.mT  # (..., n, d_v)
     return derived, closed
 
 
 def identity_c6_main(grad_s):
     """C6 / main (derived side with autograd inputs grad_*, closed side)."""
-    derived = (grad_s).sum(dim=-1)  # (..., n)
-    closed = 0  # (..., n)
+    derived = grad_s.sum(dim=-1)  # (..., n)
+    closed = 0  # a number, broadcast to (..., n)
     return derived, closed
 
 
@@ -370,10 +368,10 @@ def mutant_m11_baseline_not_cancelled(v, s, w_o, y, mask, grad_s):
     o = alpha @ v  # (..., n, d_v)
     z = o @ w_o  # (..., n, m)
     p = _softmax_(z, None, dim=-1)  # (..., n, m)
-    u = ((-y) + p) @ (_recip(n_size) * w_o).mT  # (..., n, d_v)
+    u = (p - y) @ (w_o / n_size).mT  # (..., n, d_v)
     b = u @ v.mT  # (..., n, n)
     baseline = torch.linalg.vecdot(alpha, b)  # (..., n)
-    derived = (grad_s).sum(dim=-1)  # (..., n)
+    derived = grad_s.sum(dim=-1)  # (..., n)
     closed = baseline  # (..., n)
     return derived, closed
 
@@ -384,7 +382,7 @@ def identity_c7_main(v, alpha, w_o, y, grad_alpha):
     o = alpha @ v  # (..., n, d_v)
     z = o @ w_o  # (..., n, m)
     p = _softmax_(z, None, dim=-1)  # (..., n, m)
-    u = ((-y) + p) @ (_recip(n_size) * w_o).mT  # (..., n, d_v)
+    u = (p - y) @ (w_o / n_size).mT  # (..., n, d_v)
     b = u @ v.mT  # (..., n, n)
     derived = grad_alpha  # (..., n, n)
     closed = b  # (..., n, n)
@@ -397,7 +395,7 @@ def mutant_m12_times_alpha(v, alpha, w_o, y, grad_alpha):
     o = alpha @ v  # (..., n, d_v)
     z = o @ w_o  # (..., n, m)
     p = _softmax_(z, None, dim=-1)  # (..., n, m)
-    u = ((-y) + p) @ (_recip(n_size) * w_o).mT  # (..., n, d_v)
+    u = (p - y) @ (w_o / n_size).mT  # (..., n, d_v)
     b = u @ v.mT  # (..., n, n)
     derived = grad_alpha  # (..., n, n)
     closed = alpha * b  # (..., n, n)
@@ -415,7 +413,7 @@ def identity_c8_w_v(x, w_q, w_k, w_v, w_o, y, mask, grad_WV, scale):
     o = alpha @ v  # (..., n, d_v)
     z = o @ w_o  # (..., n, m)
     p = _softmax_(z, None, dim=-1)  # (..., n, m)
-    u = ((-y) + p) @ (_recip(n_size) * w_o).mT  # (..., n, d_v)
+    u = (p - y) @ (w_o / n_size).mT  # (..., n, d_v)
     dV = (u.mT @ alpha).mT  # (..., n, d_v)
     derived = grad_WV  # (..., d_x, d_v)
     closed = x.mT @ dV  # (..., d_x, d_v)
@@ -433,10 +431,10 @@ def identity_c8_w_q(x, w_q, w_k, w_v, w_o, y, mask, grad_WQ, scale):
     o = alpha @ v  # (..., n, d_v)
     z = o @ w_o  # (..., n, m)
     p = _softmax_(z, None, dim=-1)  # (..., n, m)
-    u = ((-y) + p) @ (_recip(n_size) * w_o).mT  # (..., n, d_v)
+    u = (p - y) @ (w_o / n_size).mT  # (..., n, d_v)
     b = u @ v.mT  # (..., n, n)
     baseline = torch.linalg.vecdot(alpha, b)  # (..., n)
-    dS = alpha.mul_((-baseline)[..., :, None] + b)  # (..., n, n)
+    dS = alpha.mul_(b - baseline[..., :, None])  # (..., n, n)
     dQ = dS @ (scale * k)  # (..., n, d_k)
     derived = grad_WQ  # (..., d_x, d_k)
     closed = x.mT @ dQ  # (..., d_x, d_k)
@@ -454,10 +452,10 @@ def identity_c8_w_k(x, w_q, w_k, w_v, w_o, y, mask, grad_WK, scale):
     o = alpha @ v  # (..., n, d_v)
     z = o @ w_o  # (..., n, m)
     p = _softmax_(z, None, dim=-1)  # (..., n, m)
-    u = ((-y) + p) @ (_recip(n_size) * w_o).mT  # (..., n, d_v)
+    u = (p - y) @ (w_o / n_size).mT  # (..., n, d_v)
     b = u @ v.mT  # (..., n, n)
     baseline = torch.linalg.vecdot(alpha, b)  # (..., n)
-    dS = alpha.mul_((-baseline)[..., :, None] + b)  # (..., n, n)
+    dS = alpha.mul_(b - baseline[..., :, None])  # (..., n, n)
     dK = ((scale * q).mT @ dS).mT  # (..., n, d_k)
     derived = grad_WK  # (..., d_x, d_k)
     closed = x.mT @ dK  # (..., d_x, d_k)
@@ -470,7 +468,7 @@ def identity_c8_w_o(o, w_o, y, grad_WO):
     z = o @ w_o  # (..., n, m)
     p = _softmax_(z, None, dim=-1)  # (..., n, m)
     derived = grad_WO  # (..., d_v, m)
-    closed = o.mT @ (_recip(n_size) * ((-torch.einsum("...ab->...ba", y)) + torch.einsum("...ab->...ba", p))).mT  # (..., d_v, m)
+    closed = o.mT @ ((p - y) / n_size)  # (..., d_v, m)
     return derived, closed
 
 
@@ -485,9 +483,9 @@ def mutant_m13_wv_transposed_alpha(x, w_q, w_k, w_v, w_o, y, mask, grad_WV, scal
     o = alpha @ v  # (..., n, d_v)
     z = o @ w_o  # (..., n, m)
     p = _softmax_(z, None, dim=-1)  # (..., n, m)
-    u = ((-y) + p) @ (_recip(n_size) * w_o).mT  # (..., n, d_v)
+    u = (p - y) @ (w_o / n_size).mT  # (..., n, d_v)
     derived = grad_WV  # (..., d_x, d_v)
-    closed = x.mT @ (u.mT @ alpha.mT).mT  # (..., d_x, d_v)
+    closed = x.mT @ (alpha @ u)  # (..., d_x, d_v)
     return derived, closed
 
 
@@ -498,11 +496,11 @@ def identity_c9_s1_baseline_as_mixture(v, s, w_o, y, mask):
     o = alpha @ v  # (..., n, d_v)
     z = o @ w_o  # (..., n, m)
     p = _softmax_(z, None, dim=-1)  # (..., n, m)
-    u = ((-y) + p) @ (_recip(n_size) * w_o).mT  # (..., n, d_v)
+    u = (p - y) @ (w_o / n_size).mT  # (..., n, d_v)
     b = u @ v.mT  # (..., n, n)
     baseline = torch.linalg.vecdot(alpha, b)  # (..., n)
-    derived = (-baseline)[..., :, None] + b  # (..., n, n)
-    closed = torch.einsum("...abc,...ac->...ab", ((-b)[..., :, None, :] + b[..., :, :, None]), alpha)  # (..., n, n)
+    derived = b - baseline[..., :, None]  # (..., n, n)
+    closed = torch.einsum("...abc,...ac->...ab", b[..., :, :, None] - b[..., :, None, :], alpha)  # (..., n, n)
     return derived, closed
 
 
@@ -514,10 +512,10 @@ def identity_c9_s2_self_term_vanishes(v, s, w_o, y, mask):
     o = alpha @ v  # (..., n, d_v)
     z = o @ w_o  # (..., n, m)
     p = _softmax_(z, None, dim=-1)  # (..., n, m)
-    u = ((-y) + p) @ (_recip(n_size) * w_o).mT  # (..., n, d_v)
+    u = (p - y) @ (w_o / n_size).mT  # (..., n, d_v)
     b = u @ v.mT  # (..., n, n)
-    derived = torch.einsum("...abc,...ac->...ab", ((-b)[..., :, None, :] + b[..., :, :, None]), alpha)  # (..., n, n)
-    closed = torch.einsum("...ab,...cab,...cb->...ca", (1 + (-torch.einsum("...ab->...ba", torch.eye(n_size, **_like)))), ((-b)[..., :, None, :] + b[..., :, :, None]), alpha)  # (..., n, n)
+    derived = torch.einsum("...abc,...ac->...ab", b[..., :, :, None] - b[..., :, None, :], alpha)  # (..., n, n)
+    closed = torch.einsum("...ab,...cba,...ca->...cb", 1 - torch.eye(n_size, **_like), b[..., :, :, None] - b[..., :, None, :], alpha)  # (..., n, n)
     return derived, closed
 
 
@@ -526,8 +524,8 @@ def identity_c9_s3_off_diagonal_mass(s, mask):
     n_size = s.shape[-2]
     _like = dict(dtype=s.dtype, device=s.device)
     alpha = _softmax(s, mask, dim=-1)  # (..., n, n)
-    derived = alpha @ (1 + (-torch.eye(n_size, **_like))).mT  # (..., n, n)
-    closed = 1 + (-alpha)  # (..., n, n)
+    derived = alpha @ (1 - torch.eye(n_size, **_like)).mT  # (..., n, n)
+    closed = 1 - alpha  # (..., n, n)
     return derived, closed
 
 
@@ -538,11 +536,11 @@ def mutant_m14_s1_uniform_weights(v, s, w_o, y, mask):
     o = alpha @ v  # (..., n, d_v)
     z = o @ w_o  # (..., n, m)
     p = _softmax_(z, None, dim=-1)  # (..., n, m)
-    u = ((-y) + p) @ (_recip(n_size) * w_o).mT  # (..., n, d_v)
+    u = (p - y) @ (w_o / n_size).mT  # (..., n, d_v)
     b = u @ v.mT  # (..., n, n)
     baseline = torch.linalg.vecdot(alpha, b)  # (..., n)
-    derived = (-baseline)[..., :, None] + b  # (..., n, n)
-    closed = ((_recip(n_size) * ((-b)[..., :, None, :] + b[..., :, :, None]))).sum(dim=-1)  # (..., n, n)
+    derived = b - baseline[..., :, None]  # (..., n, n)
+    closed = ((b[..., :, :, None] - b[..., :, None, :]) / n_size).sum(dim=-1)  # (..., n, n)
     return derived, closed
 
 
@@ -550,14 +548,14 @@ def identity_c10_completed_square(v, s, w_o, y, delta, mask, grad_v, eta):
     """C10 / completed square (derived side with autograd inputs grad_*, closed side)."""
     n_size = v.shape[-2]
     alpha = _softmax(s, mask, dim=-1)  # (..., n, n)
-    responsibility = torch.einsum("...ab->...b", alpha)  # (..., n)
+    responsibility = alpha.sum(dim=-2)  # (..., n)
     o = alpha @ v  # (..., n, d_v)
     z = o @ w_o  # (..., n, m)
     p = _softmax_(z, None, dim=-1)  # (..., n, m)
-    u = ((-y) + p) @ (_recip(n_size) * w_o).mT  # (..., n, d_v)
+    u = (p - y) @ (w_o / n_size).mT  # (..., n, d_v)
     dV = (u.mT @ alpha).mT  # (..., n, d_v)
-    derived = torch.einsum("...a,...ab,...ab->...a", (eta * _recip(responsibility)), dV, grad_v) + (0.5 * _recip(eta) * responsibility * (delta.square()).sum(dim=-1)) + ((-1 / 2) * _recip(eta) * responsibility * torch.einsum("...a,...ab->...a", ((eta ** 2) * (_recip(responsibility) ** 2)), dV.square())) + torch.linalg.vecdot(delta, grad_v)  # (..., n)
-    closed = 0.5 * _recip(eta) * responsibility * (((eta * _recip(responsibility)[..., :, None] * dV) + delta).square()).sum(dim=-1)  # (..., n)
+    derived = torch.einsum("...a,...ab,...ab->...a", eta * _recip(responsibility), dV, grad_v) + responsibility * delta.square().sum(dim=-1) / (2 * eta) - responsibility * torch.einsum("...a,...ab->...a", eta ** 2 * _recip(responsibility) ** 2, dV.square()) / (2 * eta) + torch.linalg.vecdot(delta, grad_v)  # (..., n)
+    closed = responsibility * (eta * _recip(responsibility)[..., :, None] * dV + delta).square().sum(dim=-1) / (2 * eta)  # (..., n)
     return derived, closed
 
 
@@ -565,12 +563,12 @@ def mutant_m16_plain_gradient_step(v, s, w_o, y, delta, mask, grad_v, eta):
     """negative control M16-plain-gradient-step: step without 1/N_j: -eta sum_i alpha_ij u_i (derived side with autograd inputs grad_*, closed side)."""
     n_size = v.shape[-2]
     alpha = _softmax(s, mask, dim=-1)  # (..., n, n)
-    responsibility = torch.einsum("...ab->...b", alpha)  # (..., n)
+    responsibility = alpha.sum(dim=-2)  # (..., n)
     o = alpha @ v  # (..., n, d_v)
     z = o @ w_o  # (..., n, m)
     p = _softmax_(z, None, dim=-1)  # (..., n, m)
-    u = ((-y) + p) @ (_recip(n_size) * w_o).mT  # (..., n, d_v)
+    u = (p - y) @ (w_o / n_size).mT  # (..., n, d_v)
     dV = (u.mT @ alpha).mT  # (..., n, d_v)
-    derived = torch.linalg.vecdot((eta * dV), grad_v) + (0.5 * _recip(eta) * responsibility * (delta.square()).sum(dim=-1)) + ((-1 / 2) * _recip(eta) * responsibility * (((eta ** 2) * dV.square())).sum(dim=-1)) + torch.linalg.vecdot(delta, grad_v)  # (..., n)
-    closed = 0.5 * _recip(eta) * responsibility * (((eta * dV) + delta).square()).sum(dim=-1)  # (..., n)
+    derived = torch.linalg.vecdot(eta * dV, grad_v) + responsibility * delta.square().sum(dim=-1) / (2 * eta) - responsibility * (eta ** 2 * dV.square()).sum(dim=-1) / (2 * eta) + torch.linalg.vecdot(delta, grad_v)  # (..., n)
+    closed = responsibility * (eta * dV + delta).square().sum(dim=-1) / (2 * eta)  # (..., n)
     return derived, closed
