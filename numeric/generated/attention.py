@@ -28,16 +28,64 @@ def _softmax_(x, mask, dim):
     return _softmax(x, mask, dim, inplace=True)
 
 
+# The function that checks each identity, keyed (claim id, identity name), and each mutant, keyed by its id.
+MANIFEST = {
+    ("C1", "main"): "identity_c1_main",
+    ("C1", "fused baseline"): "identity_c1_fused_baseline",
+    "M1-drop-baseline": "mutant_m1_drop_baseline",
+    "M2-uniform-baseline": "mutant_m2_uniform_baseline",
+    "M3-drop-alpha": "mutant_m3_drop_alpha",
+    "M4-flip-sign": "mutant_m4_flip_sign",
+    "M5-masked-baseline": "mutant_m5_masked_baseline",
+    ("C2", "main"): "identity_c2_main",
+    "M6-wrong-index": "mutant_m6_wrong_index",
+    ("C3", "main"): "identity_c3_main",
+    "M7-lose-scale": "mutant_m7_lose_scale",
+    "M8-transpose-qk": "mutant_m8_transpose_qk",
+    ("C4", "main"): "identity_c4_main",
+    "M9-transpose-qk": "mutant_m9_transpose_qk",
+    ("C5", "main"): "identity_c5_main",
+    "M10-lose-1/T": "mutant_m10_lose_1_t",
+    ("C6", "main"): "identity_c6_main",
+    "M11-baseline-not-cancelled": "mutant_m11_baseline_not_cancelled",
+    ("C7", "main"): "identity_c7_main",
+    "M12-times-alpha": "mutant_m12_times_alpha",
+    ("C8", "W_V"): "identity_c8_w_v",
+    ("C8", "W_Q"): "identity_c8_w_q",
+    ("C8", "W_K"): "identity_c8_w_k",
+    ("C8", "W_O"): "identity_c8_w_o",
+    "M13-WV-transposed-alpha": "mutant_m13_wv_transposed_alpha",
+    ("C9", "S1 baseline as mixture"): "identity_c9_s1_baseline_as_mixture",
+    ("C9", "S2 self term vanishes"): "identity_c9_s2_self_term_vanishes",
+    ("C9", "S3 off-diagonal mass"): "identity_c9_s3_off_diagonal_mass",
+    "M14-S1-uniform-weights": "mutant_m14_s1_uniform_weights",
+    ("C10", "completed square"): "identity_c10_completed_square",
+    "M16-plain-gradient-step": "mutant_m16_plain_gradient_step",
+}
+# Identities and mutants with no check function, and why.
+UNEMITTED = {
+    "M15-constant-3.5": "a bound constant, not a closed form (the derive stage's saturation search attacks it)",
+}
+
+
 def attention_forward_masked(q, k, v, mask, scale):
-    """alpha and o = alpha v."""
+    """The attention forward. Returns alpha, o."""
     s = q @ (scale * k).mT  # (..., n, n)
     alpha = _softmax_(s, mask, dim=-1)  # (..., n, n)
     o = alpha @ v  # (..., n, d_v)
     return alpha, o
 
 
+def attention_forward_unmasked(q, k, v, scale):
+    """The attention forward. Returns alpha, o."""
+    s = q @ (scale * k).mT  # (..., n, n)
+    alpha = _softmax_(s, None, dim=-1)  # (..., n, n)
+    o = alpha @ v  # (..., n, d_v)
+    return alpha, o
+
+
 def attention_backward_masked(q, k, v, u, mask, scale):
-    """alpha, B (C7), dS = A (C1), dQ (C3), dK (C4), dV (C2)."""
+    """The attention backward from q, k, v and u = dL/do. Returns alpha, B (C7), dS (C1), dQ (C3), dK (C4), dV (C2)."""
     s = q @ (scale * k).mT  # (..., n, n)
     alpha = _softmax_(s, mask, dim=-1)  # (..., n, n)
     b = u @ v.mT  # (..., n, n)
@@ -51,16 +99,8 @@ def attention_backward_masked(q, k, v, u, mask, scale):
     return alpha, B, dS, dQ, dK, dV
 
 
-def attention_forward_unmasked(q, k, v, scale):
-    """alpha and o = alpha v."""
-    s = q @ (scale * k).mT  # (..., n, n)
-    alpha = _softmax_(s, None, dim=-1)  # (..., n, n)
-    o = alpha @ v  # (..., n, d_v)
-    return alpha, o
-
-
 def attention_backward_unmasked(q, k, v, u, scale):
-    """alpha, B (C7), dS = A (C1), dQ (C3), dK (C4), dV (C2)."""
+    """The attention backward from q, k, v and u = dL/do. Returns alpha, B (C7), dS (C1), dQ (C3), dK (C4), dV (C2)."""
     s = q @ (scale * k).mT  # (..., n, n)
     alpha = _softmax_(s, None, dim=-1)  # (..., n, n)
     b = u @ v.mT  # (..., n, n)
@@ -75,7 +115,7 @@ def attention_backward_unmasked(q, k, v, u, scale):
 
 
 def attention_backward_from_forward(q, k, v, alpha, o, u, scale):
-    """B, dS, dQ, dK, dV reusing alpha and o from the forward (alpha is zero where masked, so no mask is needed)."""
+    """The attention backward reusing alpha and o from the forward (alpha is zero where masked, so no mask is needed). Returns B (C7), dS (C1), dQ (C3), dK (C4), dV (C2)."""
     b = u @ v.mT  # (..., n, n)
     baseline = torch.linalg.vecdot(o, u)  # (..., n)
     dS = (b - baseline[..., :, None]) * alpha  # (..., n, n)
@@ -87,7 +127,7 @@ def attention_backward_from_forward(q, k, v, alpha, o, u, scale):
 
 
 def attention_grads_from_forward(q, k, v, alpha, o, u, scale):
-    """dQ, dK, dV only (the module's backward: B and dS die early, so their buffers are reused)."""
+    """The module's backward: B and dS die early, so their buffers are reused. Returns dQ (C3), dK (C4), dV (C2)."""
     b = u @ v.mT  # (..., n, n)
     baseline = torch.linalg.vecdot(o, u)  # (..., n)
     dS = b.sub_(baseline[..., :, None]).mul_(alpha)  # (..., n, n)
@@ -98,7 +138,7 @@ def attention_grads_from_forward(q, k, v, alpha, o, u, scale):
 
 
 def readout_backward(o, w_o, y):
-    """p, u = dL/do (C5), dL/dW_O (C8) and the mean CE loss."""
+    """The readout: class probabilities, u = dL/do, dL/dW_O and the mean cross-entropy of each sequence. Returns p, u (C5), dW_O (C8 W_O), loss."""
     n_size = o.shape[-2]
     z = o @ w_o  # (..., n, m)
     p = _softmax(z, None, dim=-1)  # (..., n, m)
@@ -109,7 +149,7 @@ def readout_backward(o, w_o, y):
 
 
 def params_backward(x, dQ, dK, dV):
-    """dL/dW_Q, dL/dW_K, dL/dW_V (C8) from dQ, dK, dV."""
+    """The parameter gradients from dQ, dK, dV. Returns dW_Q (C8 W_Q), dW_K (C8 W_K), dW_V (C8 W_V)."""
     dW_Q = x.mT @ dQ  # (..., d_x, d_k)
     dW_K = x.mT @ dK  # (..., d_x, d_k)
     dW_V = x.mT @ dV  # (..., d_x, d_v)
