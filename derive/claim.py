@@ -30,6 +30,11 @@ class Identity:
     loss: str = "any"
     # "boolean": the mask is any 0/1 matrix at general size; "causal": also M_ii = 1 and transitivity.
     mask_algebra: str = "boolean"
+    # Generated API kernels (derive.kernels) that return the closed side, under the name `output`.
+    kernels: tuple = ()
+    output: str = ""
+    # A model quantity that the API kernels compute by the closed side instead of its definition.
+    replaces: str = ""
 
     def __post_init__(self):
         if not isinstance(self.free, tuple) or any(d not in DIMS for d in self.free):
@@ -43,6 +48,11 @@ class Identity:
         for side in ("derived", "closed"):
             if not callable(getattr(self, side)):
                 raise ValueError(f"identity {self.name!r}: {side} must be a function of (m, *indices)")
+        if not isinstance(self.kernels, tuple) or not all(isinstance(k, str) for k in self.kernels):
+            raise ValueError(f"identity {self.name!r}: kernels must be a tuple of kernel names, got {self.kernels!r}")
+        if bool(self.kernels) != self.output.isidentifier():
+            raise ValueError(f"identity {self.name!r}: kernels and output go together (output a Python name), "
+                             f"got kernels={self.kernels!r}, output={self.output!r}")
 
 
 @dataclass(frozen=True)

@@ -4,40 +4,40 @@ The claims' closed forms are interpreted by `CodegenBackend`, a `GeneralBackend`
 *materialises* the model's named quantities (alpha, b, dS, ...): each becomes one line
 `name = <torch expression>` printed from the very SymPy expression the general-size proof uses,
 and later lines refer to it by name. Derived gradients (dL/dx) become inputs `grad_x`, filled by
-torch.autograd in the numeric checks. The output is `numeric/generated/attention.py`.
+torch.autograd in the numeric checks. Which kernels are emitted, and which closed form computes
+each output, is read off the registry (`derive.kernels`). The output is
+`numeric/generated/attention.py`, with a MANIFEST naming the function that checks each identity
+and mutant.
 """
 from __future__ import annotations
 
 import argparse
+import json
 import sys
-from dataclasses import dataclass
 from pathlib import Path
 
 import sympy as sp
 
 from derive import claims as registry
 from derive.general import GeneralBackend
+from derive.kernels import MATERIALISE, Kernel, api_kernels, check_kernels
 from derive.model import LEAVES, Setting
+from derive.sumform import UnsupportedNode
 from derive.torch_printer import TorchPrinter, align
 
 GENERATED = Path(__file__).resolve().parents[1] / "numeric" / "generated" / "attention.py"
 COMMAND = "python -m derive.codegen --write"
-
-# Quantities that get their own line (everything else is inlined where it is used).
-MATERIALISE = ("q", "k", "v", "s", "alpha", "o", "z", "p", "u", "b", "baseline", "dS", "dV", "dQ", "dK", "responsibility")
 # Leaf and scalar names in generated code.
 ARG_NAMES = {"U": "u", "WO": "w_o", "Y": "y", "X": "x", "WQ": "w_q", "WK": "w_k", "WV": "w_v", "M": "mask",
              "Delta": "delta", "c": "scale", "eta": "eta"}
-# Proven identities the generated code uses in place of a definition (claim, part): why it is allowed.
-REWRITES = {"baseline": ("C1", "fused baseline")}
 
 
 class CodegenBackend(GeneralBackend):
     """Records one definition line per materialised quantity, in dependency order."""
 
-    def __init__(self, setting, inputs=(), context="codegen", rewrites=False):
+    def __init__(self, setting, inputs=(), context="codegen", rewrites=None):
         super().__init__(setting, context)
-        self.rewrites = REWRITES if rewrites else {}
+        self.rewrites = rewrites or {}  # quantity -> the proven identity whose closed side computes it
         self.lines = []  # (name, free index symbols, expr)
         self.defined = set(inputs)
         self.inputs = tuple(inputs)
@@ -50,16 +50,10 @@ class CodegenBackend(GeneralBackend):
         if name not in self.defined:
             self.defined.add(name)
             fresh = self.free_indices([self.dim_of(i) for i in ix])
-            expr = self._definition(name, fresh, compute)
+            expr = self.rewrites[name].closed(self, *fresh) if name in self.rewrites else compute(*fresh)
             if not (isinstance(expr, sp.Indexed) and str(expr.base.label) == name and tuple(expr.indices) == tuple(fresh)):
                 self.lines.append((name, tuple(fresh), expr))
         return sp.IndexedBase(name)[ix]
-
-    def _definition(self, name, fresh, compute):
-        if name in self.rewrites:
-            cid, part = self.rewrites[name]
-            return registry.REGISTRY[cid].part(part).closed(self, *fresh)
-        return compute(*fresh)
 
     def derived_grad(self, name, *ix):
         if not self._is_free(name):
@@ -69,91 +63,6 @@ class CodegenBackend(GeneralBackend):
     def _grad(self, f, name, ix):
         # dL/dx arrives as an autograd input (derived_grad); other derivatives have no kernel form yet.
         raise NotImplementedError(f"{self.context}: code generation of d/d{name} of an expression other than the loss")
-
-
-@dataclass(frozen=True)
-class Output:
-    name: str
-    build: object  # (model, *free indices) -> expression
-    dims: tuple
-
-
-@dataclass(frozen=True)
-class Kernel:
-    """One generated function: a setting, the quantities given as inputs, the outputs."""
-
-    name: str
-    doc: str
-    level: str
-    loss: str
-    masked: bool
-    outputs: tuple
-    inputs: tuple = ()
-    rewrites: bool = True  # use REWRITES (never in the identity checks that justify them)
-
-
-def _claim_output(name, cid, part):
-    identity = registry.REGISTRY[cid].part(part)
-    return Output(name, identity.closed, identity.free)
-
-
-def _quantity_output(name, method, dims):
-    return Output(name, lambda m, *ix: getattr(m, method)(*ix), dims)
-
-
-def api_kernels():
-    """The kernels behind numeric.attention_backward, the full-loss variant and the module."""
-    registry.claims()
-    backward = (_quantity_output("alpha", "alpha", ("n", "n")), _claim_output("B", "C7", "main"),
-                _claim_output("dS", "C1", "main"), _claim_output("dQ", "C3", "main"),
-                _claim_output("dK", "C4", "main"), _claim_output("dV", "C2", "main"))
-    forward = (_quantity_output("alpha", "alpha", ("n", "n")), _quantity_output("o", "o", ("n", "dv")))
-    out = []
-    for masked in (True, False):
-        tag = "masked" if masked else "unmasked"
-        out.append(Kernel(f"attention_forward_{tag}", "alpha and o = alpha v.", "qk", "linear", masked, forward))
-        out.append(Kernel(f"attention_backward_{tag}", "alpha, B (C7), dS = A (C1), dQ (C3), dK (C4), dV (C2).",
-                          "qk", "linear", masked, backward))
-    out.append(Kernel("attention_backward_from_forward", "B, dS, dQ, dK, dV reusing alpha and o from the forward "
-                      "(alpha is zero where masked, so no mask is needed).", "qk", "linear", False,
-                      backward[1:], inputs=("alpha", "o")))
-    out.append(Kernel("attention_grads_from_forward", "dQ, dK, dV only (the module's backward: B and dS die "
-                      "early, so their buffers are reused).", "qk", "linear", False, backward[3:], inputs=("alpha", "o")))
-    out.append(Kernel("readout_backward", "p, u = dL/do (C5), dL/dW_O (C8) and the mean CE loss.", "readout", "ce", False,
-                      (_quantity_output("p", "p", ("n", "m")), _claim_output("u", "C5", "main"),
-                       _claim_output("dW_O", "C8", "W_O"), Output("loss", lambda m: m._loss(), ()))))
-    out.append(Kernel("params_backward", "dL/dW_Q, dL/dW_K, dL/dW_V (C8) from dQ, dK, dV.", "params", "linear", False,
-                      (_claim_output("dW_Q", "C8", "W_Q"), _claim_output("dW_K", "C8", "W_K"),
-                       _claim_output("dW_V", "C8", "W_V")), inputs=("dQ", "dK", "dV")))
-    return out
-
-
-def _fn_name(*parts):
-    return "_".join("".join(ch if ch.isalnum() else "_" for ch in p).strip("_").lower() for p in parts)
-
-
-def check_kernels(include_extra=False):
-    """Per identity and per mutant: a function returning (derived side, closed side)."""
-    out = []
-    builtin = registry.builtin_ids()
-    for claim in registry.claims():
-        if claim.id not in builtin and not include_extra:
-            continue
-        for identity in claim.parts:
-            out.append(_pair_kernel(_fn_name("identity", claim.id, identity.name), identity, identity.derived,
-                                    identity.closed, f"{claim.id} / {identity.name}"))
-        for m in claim.mutants:
-            if m.constant is None:
-                identity = claim.part(m.part)
-                out.append(_pair_kernel(_fn_name("mutant", m.id), identity, m.derived or identity.derived,
-                                        m.closed, f"negative control {m.id}: {m.description}"))
-    return out
-
-
-def _pair_kernel(name, identity, derived, closed, doc):
-    outs = (Output("derived", derived, identity.free), Output("closed", closed, identity.free))
-    return Kernel(name, f"{doc} (derived side with autograd inputs grad_*, closed side).", identity.level, "ce", True, outs,
-                  rewrites=False)
 
 
 def emit_kernel(kernel: Kernel) -> str:
@@ -175,9 +84,10 @@ def emit_kernel(kernel: Kernel) -> str:
             body.append(f"    {name} = {code}  # {_shape(fresh, m)}")
     returned = []
     for out, ix, expr in results:
-        code = _line(printer, expr, ix) if expr != 0 else "0"
-        if code != out.name:
-            body.append(f"    {out.name} = {code}  # {_shape(ix, m)}")
+        line = _line(printer, expr, ix)
+        if line.code != out.name:
+            shape = _shape(ix, m)
+            body.append(f"    {out.name} = {line.code}  # {'a number, broadcast to ' + shape if line.number else shape}")
         returned.append(out.name)
     return _assemble(kernel, names["__args__"], sizes, body, returned)
 
@@ -208,10 +118,10 @@ def _inplace(printer, expr, axes, dead):
     for t in candidates:
         chain = _update_chain(expr, t)
         if chain is not None:
-            return str(t.base.label) + "".join(f".{op}_({_line(printer, arg, axes)})" for op, arg in chain)
+            return str(t.base.label) + "".join(f".{op}_({_line(printer, arg, axes).code})" for op, arg in chain)
     printer.overwritable = dead
     try:
-        return _line(printer, expr, axes)
+        return _line(printer, expr, axes).code
     finally:
         printer.overwritable = set()
 
@@ -240,20 +150,7 @@ def _add_or_sub(term):
 
 def _line(printer, expr, axes):
     printer.target = tuple(axes)
-    return _unwrap(align(printer.tensor(expr), axes))
-
-
-def _unwrap(code):
-    """Drop one pair of outer parentheses when they enclose the whole expression."""
-    if not (code.startswith("(") and code.endswith(")")):
-        return code
-    depth = 0
-    for pos, ch in enumerate(code):
-        depth += ch == "("
-        depth -= ch == ")"
-        if depth == 0 and pos < len(code) - 1:
-            return code
-    return code[1:-1]
+    return align(printer.tensor(expr), axes)
 
 
 ARG_ORDER = ("q", "k", "v", "s", "alpha", "o", "U", "X", "WQ", "WK", "WV", "WO", "Y", "dQ", "dK", "dV", "Delta", "M")
@@ -303,7 +200,7 @@ def _sizes(args, quantity_dims):
 def _shape(ix, m):
     from derive.general import SIZE_NAMES
 
-    return "(..., " + ", ".join(SIZE_NAMES[m.dim_of(i)] for i in ix) + ")" if ix else "scalar"
+    return "(..." + "".join(", " + SIZE_NAMES[m.dim_of(i)] for i in ix) + ")"  # ...: the batch dims
 
 
 def _assemble(kernel, args, sizes, body, returned):
@@ -328,8 +225,6 @@ import torch
 
 def _recip(x):
     """1/x with 1/0 := 0, so a fully masked row has zero attention and zero gradients."""
-    if not torch.is_tensor(x):
-        return 1 / x
     return torch.where(x == 0, torch.zeros_like(x), 1 / x)
 
 
@@ -351,10 +246,47 @@ def _softmax_(x, mask, dim):
 '''
 
 
+# Why a claim's side may have no kernel form: a node the printer refuses, a derivative other than dL/dx.
+NO_KERNEL_FORM = (UnsupportedNode, NotImplementedError, ValueError)
+
+
 def emit(include_extra=False) -> str:
-    """The generated module; the committed file holds the paper's claims only."""
-    kernels = api_kernels() + check_kernels(include_extra)
-    return HEADER + "".join("\n\n" + emit_kernel(k) for k in kernels)
+    """The generated module: the API's kernels, a check kernel per identity and equality mutant, and
+    MANIFEST naming each check kernel. The committed file holds the paper's claims only; with
+    `include_extra`, a claim registered beyond them whose sides have no kernel form goes to UNEMITTED
+    with the reason (a paper claim's must emit)."""
+    builtin = registry.builtin_ids()
+    claims = [c for c in registry.claims() if include_extra or c.id in builtin]
+    parts = [emit_kernel(k) for k in api_kernels(claims)]
+    manifest, unemitted = {}, {}
+    for claim in claims:
+        for kernel in check_kernels([claim]):
+            try:
+                parts.append(emit_kernel(kernel))
+            except NO_KERNEL_FORM as exc:
+                if claim.id in builtin:
+                    raise
+                unemitted[kernel.key] = f"{type(exc).__name__}: {exc}"
+                continue
+            manifest[kernel.key] = kernel.name
+        for m in claim.mutants:
+            if m.constant is not None:
+                unemitted[m.id] = "a bound constant, not a closed form (the derive stage's saturation search attacks it)"
+    return HEADER + _manifest(manifest, unemitted) + "".join("\n\n" + p for p in parts)
+
+
+def _manifest(checks, unemitted):
+    def literal(key):
+        return json.dumps(key) if isinstance(key, str) else "(" + ", ".join(map(json.dumps, key)) + ")"
+
+    def table(name, entries):
+        rows = [f"    {literal(k)}: {json.dumps(v)}," for k, v in entries.items()]
+        return [f"{name} = {{"] + rows + ["}"] if rows else [f"{name} = {{}}"]
+
+    lines = ["# The function that checks each identity, keyed (claim id, identity name), and each mutant, keyed by its id."]
+    lines += table("MANIFEST", checks)
+    lines += ["# Identities and mutants with no check function, and why."] + table("UNEMITTED", unemitted)
+    return "\n\n" + "\n".join(lines) + "\n"
 
 
 def run_stage(results, log=print):

@@ -4,6 +4,9 @@ from __future__ import annotations
 from derive.claim import Claim, Identity, Mutant, register
 
 IDS = frozenset(f"C{i}" for i in range(1, 11))
+# The generated API kernels a closed form feeds (derive.codegen.API).
+BACKWARD = ("attention_backward", "attention_backward_from_forward")
+GRADS = BACKWARD + ("attention_grads_from_forward",)
 
 
 def _proximal(m, j, step):
@@ -45,10 +48,11 @@ register(Claim(
     statement=r"\frac{\partial L}{\partial s_{ij}} = \alpha_{ij}\Big(b_{ij} - \sum_k \alpha_{ik} b_{ik}\Big)",
     ref="arXiv 2512.22473, advantage-based routing (the baseline is the alpha-weighted mean of b)",
     parts=(Identity("main", ("n", "n"), "scores", lambda m, i, j: m.derived_grad("s", i, j),
-                    lambda m, i, j: m.dS(i, j), r"\partial L/\partial s_{ij} = \alpha_{ij}(b_{ij}-\bar b_i)"),
+                    lambda m, i, j: m.dS(i, j), r"\partial L/\partial s_{ij} = \alpha_{ij}(b_{ij}-\bar b_i)",
+                    kernels=BACKWARD, output="dS"),
            # The generated code computes the baseline this way: O(n d) instead of O(n^2 d).
            Identity("fused baseline", ("n",), "scores", lambda m, i: m.baseline(i), lambda m, i: m.baseline_fused(i),
-                    r"\sum_k \alpha_{ik} b_{ik} = u_i\cdot o_i")),
+                    r"\sum_k \alpha_{ik} b_{ik} = u_i\cdot o_i", replaces="baseline")),
     mutants=(
         Mutant("M1-drop-baseline", "C1", "main", "baseline dropped: alpha_ij b_ij",
                lambda m, i, j: m.alpha(i, j) * m.b(i, j)),
@@ -68,7 +72,8 @@ register(Claim(
     statement=r"\frac{\partial L}{\partial v_j} = \sum_i \alpha_{ij} u_i",
     ref="arXiv 2512.22473, responsibility-weighted value update",
     parts=(Identity("main", ("n", "dv"), "scores", lambda m, j, a: m.derived_grad("v", j, a),
-                    lambda m, j, a: m.dV(j, a), r"\partial L/\partial v_{ja} = \sum_i \alpha_{ij} u_{ia}"),),
+                    lambda m, j, a: m.dV(j, a), r"\partial L/\partial v_{ja} = \sum_i \alpha_{ij} u_{ia}",
+                    kernels=GRADS, output="dV"),),
     mutants=(
         Mutant("M6-wrong-index", "C2", "main", "sum over the wrong index: sum_i alpha_ji u_i",
                lambda m, j, a: m.sum("n", lambda i: m.alpha(j, i) * m.u(i, a))),
@@ -80,7 +85,8 @@ register(Claim(
     statement=r"\frac{\partial L}{\partial q_i} = c \sum_j \frac{\partial L}{\partial s_{ij}}\, k_j",
     ref="arXiv 2512.22473, gradient of the queries",
     parts=(Identity("main", ("n", "dk"), "qk", lambda m, i, a: m.derived_grad("q", i, a),
-                    lambda m, i, a: m.dQ(i, a), r"\partial L/\partial q_{ia} = c\sum_j \partial_{s_{ij}}L\, k_{ja}"),),
+                    lambda m, i, a: m.dQ(i, a), r"\partial L/\partial q_{ia} = c\sum_j \partial_{s_{ij}}L\, k_{ja}",
+                    kernels=GRADS, output="dQ"),),
     mutants=(
         Mutant("M7-lose-scale", "C3", "main", "scale c lost",
                lambda m, i, a: m.sum("n", lambda j: m.dS(i, j) * m.k(j, a))),
@@ -94,7 +100,8 @@ register(Claim(
     statement=r"\frac{\partial L}{\partial k_j} = c \sum_i \frac{\partial L}{\partial s_{ij}}\, q_i",
     ref="arXiv 2512.22473, gradient of the keys",
     parts=(Identity("main", ("n", "dk"), "qk", lambda m, j, a: m.derived_grad("k", j, a),
-                    lambda m, j, a: m.dK(j, a), r"\partial L/\partial k_{ja} = c\sum_i \partial_{s_{ij}}L\, q_{ia}"),),
+                    lambda m, j, a: m.dK(j, a), r"\partial L/\partial k_{ja} = c\sum_i \partial_{s_{ij}}L\, q_{ia}",
+                    kernels=GRADS, output="dK"),),
     mutants=(
         Mutant("M9-transpose-qk", "C4", "main", "q/k roles transposed: c sum_i dS_ij k_i",
                lambda m, j, a: m.c * m.sum("n", lambda i: m.dS(i, j) * m.k(i, a))),
@@ -107,7 +114,7 @@ register(Claim(
     ref="arXiv 2512.22473, the upstream gradient (error signal) of the cross-entropy readout",
     parts=(Identity("main", ("n", "dv"), "readout", lambda m, i, a: m.derived_grad("o", i, a),
                     lambda m, i, a: m.u(i, a), r"\partial L/\partial o_{ia} = \tfrac1T\sum_c W_{O,ac}(p_{ic}-y_{ic})",
-                    loss="ce"),),
+                    loss="ce", kernels=("readout_backward",), output="u"),),
     mutants=(
         Mutant("M10-lose-1/T", "C5", "main", "1/T lost",
                lambda m, i, a: m.sum("m", lambda c: m.leaf("WO", a, c) * (m.p(i, c) - m.leaf("Y", i, c)))),
@@ -131,7 +138,8 @@ register(Claim(
     statement=r"\frac{\partial L}{\partial \alpha_{ij}} = b_{ij} = u_i \cdot v_j",
     ref="arXiv 2512.22473, the compatibility matrix B",
     parts=(Identity("main", ("n", "n"), "alpha", lambda m, i, j: m.derived_grad("alpha", i, j),
-                    lambda m, i, j: m.b(i, j), r"\partial L/\partial \alpha_{ij} = u_i\cdot v_j"),),
+                    lambda m, i, j: m.b(i, j), r"\partial L/\partial \alpha_{ij} = u_i\cdot v_j",
+                    kernels=BACKWARD, output="B"),),
     mutants=(
         Mutant("M12-times-alpha", "C7", "main", "an extra alpha factor: alpha_ij b_ij",
                lambda m, i, j: m.alpha(i, j) * m.b(i, j)),
@@ -147,14 +155,17 @@ register(Claim(
     ref="arXiv 2512.22473, gradients of W_Q, W_K, W_V and W_O",
     parts=(
         Identity("W_V", ("dx", "dv"), "params", lambda m, x, a: m.derived_grad("WV", x, a),
-                 lambda m, x, a: m.sum("n", lambda j: m.leaf("X", j, x) * m.dV(j, a)), r"\partial L/\partial W_V"),
+                 lambda m, x, a: m.sum("n", lambda j: m.leaf("X", j, x) * m.dV(j, a)), r"\partial L/\partial W_V",
+                 kernels=("params_backward",), output="dW_V"),
         Identity("W_Q", ("dx", "dk"), "params", lambda m, x, a: m.derived_grad("WQ", x, a),
-                 lambda m, x, a: m.sum("n", lambda i: m.leaf("X", i, x) * m.dQ(i, a)), r"\partial L/\partial W_Q"),
+                 lambda m, x, a: m.sum("n", lambda i: m.leaf("X", i, x) * m.dQ(i, a)), r"\partial L/\partial W_Q",
+                 kernels=("params_backward",), output="dW_Q"),
         Identity("W_K", ("dx", "dk"), "params", lambda m, x, a: m.derived_grad("WK", x, a),
-                 lambda m, x, a: m.sum("n", lambda j: m.leaf("X", j, x) * m.dK(j, a)), r"\partial L/\partial W_K"),
+                 lambda m, x, a: m.sum("n", lambda j: m.leaf("X", j, x) * m.dK(j, a)), r"\partial L/\partial W_K",
+                 kernels=("params_backward",), output="dW_K"),
         Identity("W_O", ("dv", "m"), "readout", lambda m, a, c: m.derived_grad("WO", a, c),
                  lambda m, a, c: m.sum("n", lambda i: m.o(i, a) * (m.p(i, c) - m.leaf("Y", i, c))) / m.size("n"),
-                 r"\partial L/\partial W_O", loss="ce"),
+                 r"\partial L/\partial W_O", loss="ce", kernels=("readout_backward",), output="dW_O"),
     ),
     mutants=(
         Mutant("M13-WV-transposed-alpha", "C8", "W_V", "responsibilities transposed in dL/dW_V",

@@ -1,29 +1,43 @@
 """A torch printer for index-notation expressions, built on SymPy's `Printer` dispatch.
 
-Every `_print_<Class>` returns a `Tensor`: a Python expression and the index symbols of its
-trailing axes (batch/head dimensions ride in front as `...`). A sum over dummies of a product
-becomes one `torch.einsum("...ia,...ja->...ij")`; elementwise lines broadcast by inserting
-`None` axes; the softmax pattern M e^x / sum_k M e^x becomes a fused, max-shifted softmax and
-log(sum_c e^z) a logsumexp. Anything else raises `UnsupportedNode` (strict: no silent fallback).
-SymPy's own `TorchPrinter` is not used (in SymPy 1.14 it prints a square `Transpose` as broken code
-and passes scalars as einsum operands).
+Every `_print_<Class>` returns a `Tensor`: Python code, the index symbols of its trailing axes
+(batch/head dimensions ride in front as `...`) and the precedence of the code's outermost operator.
+Operands are parenthesised by precedence, as `sympy.printing` does with `parenthesize`, and printed
+code is never edited afterwards. A sum over dummies of a product becomes one contraction (`@`,
+`torch.linalg.vecdot`, `.sum` or `torch.einsum("...ia,...ja->...ij")`); elementwise lines broadcast
+by inserting `None` axes; the softmax pattern M e^x / sum_k M e^x becomes a fused, max-shifted
+softmax and log(sum_c e^z) a logsumexp. Anything else raises `UnsupportedNode` (strict: no silent
+fallback). SymPy's own `TorchPrinter` is not used: it prints square transposes wrongly and passes
+scalars to einsum.
 """
 from __future__ import annotations
 
+from contextlib import contextmanager
 from typing import NamedTuple
 
 import sympy as sp
+from sympy.printing.precedence import PRECEDENCE
 from sympy.printing.printer import Printer
 
-from derive.general import SIZE_NAMES
+from derive.general import SIZE_NAMES, GeneralBackend
 from derive.sumform import UnsupportedNode
 
 LETTERS = "abcdefghijklmnopqrstuvwxyz"
+# Python's operators: + -, then * / @ (and a leading minus, printed as SymPy does), then **, then
+# names, calls, subscripts and attributes.
+ADD, MUL, POW, ATOM = PRECEDENCE["Add"], PRECEDENCE["Mul"], PRECEDENCE["Pow"], PRECEDENCE["Atom"]
 
 
 class Tensor(NamedTuple):
     code: str
     axes: tuple  # index symbols of the trailing axes, in order
+    prec: int = ATOM  # precedence of the code's outermost operator
+    number: bool = False  # a Python number (sizes, c, eta, constants): no batch dims to broadcast
+
+
+def paren(t: Tensor, level: int, strict: bool = False) -> str:
+    """t's code, in parentheses when its operator binds looser than `level` (or as loose, if strict)."""
+    return f"({t.code})" if t.prec < level or (strict and t.prec == level) else t.code
 
 
 class TorchPrinter(Printer):
@@ -45,11 +59,29 @@ class TorchPrinter(Printer):
         rank = {a: i for i, a in enumerate(self.target)}
         return tuple(sorted(axes, key=lambda a: (rank.get(a, len(rank)), axes.index(a))))
 
+    @contextmanager
+    def _natural_order(self):
+        """No preferred axis order: for the operands of a contraction, which reads any layout."""
+        target, self.target = self.target, ()
+        try:
+            yield
+        finally:
+            self.target = target
+
     def emptyPrinter(self, expr):
         raise UnsupportedNode(f"the torch printer cannot print {type(expr).__name__}: {expr}")
 
     def tensor(self, expr) -> Tensor:
         return self._print(sp.sympify(expr))
+
+    def _is_number(self, e):
+        """No tensor entry and no index: a Python number at run time."""
+        return not e.atoms(sp.Indexed) and not any(s in self.index_dims for s in e.free_symbols)
+
+    def _size(self, dim):
+        if dim not in self.sizes:
+            raise UnsupportedNode(f"the size of {SIZE_NAMES[dim]} cannot be read off the kernel's arguments")
+        return self.sizes[dim]
 
     # -- leaves ------------------------------------------------------------------------------
     def _print_Indexed(self, e):
@@ -64,74 +96,84 @@ class TorchPrinter(Printer):
     def _print_Symbol(self, e):
         if e in self.index_dims:
             raise UnsupportedNode(f"a bare index {e} cannot be printed as a tensor")
-        for dim, size in self.sizes.items():
-            if e.name == SIZE_NAMES[dim]:
-                return Tensor(size, ())
+        for dim, name in SIZE_NAMES.items():
+            if e.name == name:
+                return Tensor(self._size(dim), (), number=True)
         if e.name not in self.names:
             raise UnsupportedNode(f"no value bound to scalar {e}")
-        return Tensor(self.names[e.name], ())
+        return Tensor(self.names[e.name], (), number=True)
 
     def _print_Integer(self, e):
-        return Tensor(str(int(e)), ())
+        return Tensor(str(int(e)), (), ATOM if e >= 0 else MUL, number=True)
 
     def _print_Rational(self, e):
-        return Tensor(f"({e.p} / {e.q})", ())
-
-    def _print_Half(self, e):
-        return Tensor("0.5", ())
-
-    def _print_NegativeOne(self, e):
-        return Tensor("-1", ())
-
-    def _print_One(self, e):
-        return Tensor("1", ())
-
-    def _print_Zero(self, e):
-        return Tensor("0", ())
+        return Tensor(f"{e.p} / {e.q}", (), MUL, number=True)
 
     def _print_Float(self, e):
-        return Tensor(repr(float(e)), ())
+        return Tensor(repr(float(e)), (), ATOM if e >= 0 else MUL, number=True)
 
     def _print_KroneckerDelta(self, e):
         a, b = e.args[:2]
-        size = self.sizes[self.index_dims[a]]
-        return Tensor(f"torch.eye({size}, **_like)", (a, b))
+        # the identity matrix is symmetric: its axes may come in the line's order
+        return Tensor(f"torch.eye({self._size(self.index_dims[a])}, **_like)", self._order((a, b)))
 
     # -- arithmetic ----------------------------------------------------------------------------
     def _print_Add(self, e):
-        parts = [self.tensor(t) for t in e.args]
-        axes = self._order(_union(p.axes for p in parts))
-        code = " + ".join(align(p, axes) for p in parts).replace("+ -", "- ")
-        return Tensor(f"({code})", axes)
+        return self._terms([(neg, self.tensor(t)) for neg, t in map(split_sign, e.args)])
+
+    def _terms(self, signed):
+        """t1 + t2 - t3 from (negative, Tensor) pairs, broadcast to their common axes."""
+        if len(signed) > 1 and signed[0][0] and not signed[1][0]:
+            signed = [signed[1], signed[0], *signed[2:]]  # b - a rather than -a + b (the same rounding)
+        axes = self._order(_union(t.axes for _, t in signed))
+        (neg, first), rest = signed[0], signed[1:]
+        code = negate(align(first, axes)).code if neg else paren(align(first, axes), ADD)
+        for neg, t in rest:
+            code += (" - " if neg else " + ") + paren(align(t, axes), ADD, strict=True)
+        return Tensor(code, axes, ADD, all(t.number for _, t in signed))
 
     def _print_Mul(self, e):
+        neg, e = split_sign(e)
+        if neg:
+            return negate(self.tensor(e))
         sums = [f for f in e.args if isinstance(f, sp.Sum)]
         rest = [f for f in e.args if not isinstance(f, sp.Sum)]
-        if len(sums) == 1 and rest and not any(f.free_symbols & set(self.index_dims) for f in rest):
+        if len(sums) == 1 and rest and all(self._is_number(f) for f in rest):
             # c * sum(...) -> sum(c * ...): the scalar then scales the smallest operand
             return self._print_Sum(sp.Sum(sp.Mul(*rest) * sums[0].function, *sums[0].limits))
-        parts = self._factors(e)
-        scalars = [p.code for p in parts if not p.axes]
-        tensors = [p for p in parts if p.axes]
-        axes = self._order(_union(p.axes for p in tensors))
-        if not tensors:
-            return Tensor("(" + " * ".join(scalars) + ")", ())
-        prefix = "-" if scalars == ["-1"] else "".join(f"{s} * " for s in scalars)
-        return Tensor(f"({prefix}{' * '.join(align(p, axes) for p in tensors)})", axes)
+        numbers, tensors = self._factors(e)
+        axes = self._order(_union(t.axes for t in tensors))
+        return self._scaled(numbers, [align(t, axes) for t in tensors], axes)
+
+    def _scaled(self, numbers, tensors, axes):
+        """The numbers' numerators, then the tensors, divided by the numbers' denominators."""
+        num, den = [], []
+        for f in numbers:
+            if f.is_Rational:
+                num += [sp.Integer(f.p)] if f.p != 1 else []
+                den += [sp.Integer(f.q)] if f.q != 1 else []
+            elif isinstance(f, sp.Pow) and f.exp.is_Integer and f.exp < 0:
+                den.append(f.base ** -f.exp)
+            else:
+                num.append(f)
+        return product([self.tensor(f) for f in num] + list(tensors), [self.tensor(f) for f in den], axes)
 
     def _print_Pow(self, e):
-        base = self.tensor(e.base)
-        if e.exp.is_Integer and e.exp < 0:
-            inv = f"_recip({base.code})"
-            return Tensor(inv if e.exp == -1 else f"({inv} ** {-int(e.exp)})", base.axes)
-        if e.exp == 2 and base.axes:
-            return Tensor(f"{base.code}.square()", base.axes)
-        if e.exp.is_Integer and e.exp > 0:
-            return Tensor(f"({base.code} ** {int(e.exp)})", base.axes)
-        raise UnsupportedNode(f"power {e.exp} is not supported: {e}")
+        if not e.exp.is_Integer:
+            raise UnsupportedNode(f"power {e.exp} is not supported: {e}")
+        base, k = self.tensor(e.base), int(e.exp)
+        if base.number:  # Python arithmetic: 1 / n ** 2
+            power = base if abs(k) == 1 else Tensor(f"{paren(base, POW, strict=True)} ** {abs(k)}", (), POW, True)
+            return power if k > 0 else Tensor(f"1 / {paren(power, MUL, strict=True)}", (), MUL, True)
+        if k < 0:  # 1/0 := 0 (a fully masked row)
+            inv = Tensor(f"_recip({base.code})", base.axes)
+            return inv if k == -1 else Tensor(f"{inv.code} ** {-k}", base.axes, POW)
+        if k == 2:
+            return Tensor(f"{paren(base, ATOM)}.square()", base.axes)
+        return Tensor(f"{paren(base, POW, strict=True)} ** {k}", base.axes, POW)
 
     def _print_exp(self, e):
-        arg = self.tensor(e.args[0])
+        arg = self._tensor_arg(e)
         return Tensor(f"torch.exp({arg.code})", arg.axes)
 
     def _print_log(self, e):
@@ -141,44 +183,49 @@ class TorchPrinter(Printer):
             x = self.tensor(inner.function.args[0])
             axes = tuple(a for a in x.axes if a != k)
             return Tensor(f"torch.logsumexp({x.code}, dim={_dim(x.axes, k)})", axes)
-        arg = self.tensor(inner)
+        arg = self._tensor_arg(e)
         return Tensor(f"torch.log({arg.code})", arg.axes)
+
+    def _tensor_arg(self, e):
+        arg = self.tensor(e.args[0])
+        if arg.number:
+            raise UnsupportedNode(f"{type(e).__name__} of a number (torch functions take tensors): {e}")
+        return arg
 
     # -- contractions ----------------------------------------------------------------------------
     def _print_Sum(self, e):
+        neg, e = split_sign(e)
+        if neg:
+            return negate(self.tensor(e))
         dummies, body = [], e
         while isinstance(body, sp.Sum):
             dummies += [lim[0] for lim in body.limits]
             body = body.function
-        if isinstance(body, sp.Add):  # a sum of sums: one einsum per term
-            terms = [self._contract(self._factors(t), dummies) for t in body.args]
-            axes = self._order(_union(t.axes for t in terms))
-            return Tensor("(" + " + ".join(align(t, axes) for t in terms) + ")", axes)
-        return self._contract(self._factors(body), dummies)
+        if isinstance(body, sp.Add):  # a sum of sums: one contraction per term
+            return self._terms([(neg, self._contract(t, dummies)) for neg, t in map(split_sign, body.args)])
+        return self._contract(body, dummies)
 
     def _factors(self, product):
-        """Tensors of a product's factors, with the softmax pattern fused first."""
+        """A product's number factors (SymPy) and tensor factors (printed, the softmax pattern fused first)."""
         factors = list(sp.Mul.make_args(product))
-        fused = self._softmax(factors)
-        return fused + [self.tensor(f) for f in factors]
+        tensors = self._softmax(factors)
+        numbers = [f for f in factors if self._is_number(f)]
+        return numbers, tensors + [self.tensor(f) for f in factors if not self._is_number(f)]
 
-    def _contract(self, parts, dummies):
-        scalars = [p.code for p in parts if not p.axes and p.code != "1"]
-        tensors = [p for p in parts if p.axes]
-        present = {a for p in tensors for a in p.axes}
-        missing = [d for d in dummies if d not in present]  # summand constant in d: times the range
-        scalars += [self.sizes[self.index_dims[d]] for d in missing]
-        out = self._order(a for a in _union(p.axes for p in tensors) if a not in dummies)
-        letters = {a: LETTERS[i] for i, a in enumerate(_union(p.axes for p in tensors))}
-        spec = ",".join("..." + "".join(letters[a] for a in p.axes) for p in tensors)
-        spec += "->..." + "".join(letters[a] for a in out)
-        codes = [p.code for p in tensors]
-        if scalars:  # scale the operand with the fewest position axes (n x d rather than n x n)
-            small = min(range(len(tensors)), key=lambda t: (sum(self.index_dims[a] == "n" for a in tensors[t].axes), t))
-            codes[small] = "(" + " * ".join(scalars) + f" * {codes[small]})"
+    def _contract(self, summand, dummies):
+        with self._natural_order():  # a transpose forced on an operand would be undone by the contraction
+            numbers, tensors = self._factors(summand)
+        if not tensors:
+            raise UnsupportedNode(f"a sum of numbers over an index: {summand}")
+        present = {a for t in tensors for a in t.axes}
+        # summand constant in d: times the range
+        numbers += [GeneralBackend.sizes[self.index_dims[d]] for d in dummies if d not in present]
+        out = self._order(a for a in _union(t.axes for t in tensors) if a not in dummies)
         positions = [sum(self.index_dims[a] == "n" for a in t.axes) for t in tensors]
-        fast = _matmul(tensors, codes, dummies, out, positions) or _rowsum(tensors, codes, dummies, out)
-        return Tensor(fast or f'torch.einsum("{spec}", {", ".join(codes)})', out)
+        if numbers:  # scale the operand with the fewest position axes (n x d rather than n x n)
+            small = min(range(len(tensors)), key=lambda t: (positions[t], t))
+            tensors[small] = self._scaled(numbers, [tensors[small]], tensors[small].axes)
+        return _matmul(tensors, dummies, out, positions) or _reduce(tensors, dummies, out) or _einsum(tensors, out)
 
     # -- the softmax pattern ------------------------------------------------------------------------
     def _softmax(self, factors):
@@ -204,14 +251,42 @@ class TorchPrinter(Printer):
                     for f in [pw, num] + mask:
                         factors.remove(f)
                     x = self.tensor(num.args[0])
-                    m = align(self.tensor(mask[0]), x.axes) if mask else "None"
+                    m = align(self.tensor(mask[0]), x.axes).code if mask else "None"
                     arg = num.args[0]
                     fn = "_softmax_" if isinstance(arg, sp.Indexed) and str(arg.base.label) in self.overwritable else "_softmax"
                     return [Tensor(f"{fn}({x.code}, {m}, dim={_dim(x.axes, j)})", x.axes)]
         return []
 
 
-def _matmul(tensors, codes, dummies, out, positions=(0, 0)):
+def split_sign(e):
+    """(negative, e without its sign): the signs of a number, of a sum's summand and of a product's factors."""
+    if e.is_Number:
+        return bool(e.is_negative), abs(e)
+    if isinstance(e, sp.Sum):
+        neg, body = split_sign(e.function)
+        return neg, (sp.Sum(body, *e.limits) if neg else e)
+    if not isinstance(e, sp.Mul):
+        return False, e
+    signs, factors = zip(*map(split_sign, e.args))
+    return sum(signs) % 2 == 1, (sp.Mul(*factors) if any(signs) else e)
+
+
+def negate(t: Tensor) -> Tensor:
+    """-t (as SymPy prints it: -a * b is -(a * b), the same number)."""
+    return Tensor(f"-{paren(t, MUL)}", t.axes, MUL, t.number)
+
+
+def product(factors, den=(), axes=()) -> Tensor:
+    """f1 * f2 * ... / (d1 * d2 * ...), parenthesised by precedence (evaluated left to right)."""
+    if len(factors) == 1 and not den:
+        return factors[0]
+    code = " * ".join(paren(f, MUL, strict=k > 0) for k, f in enumerate(factors)) if factors else "1"
+    if den:
+        code += " / " + paren(product(den), MUL, strict=True)
+    return Tensor(code, tuple(axes), MUL, all(f.number for f in (*factors, *den)))
+
+
+def _matmul(tensors, dummies, out, positions):
     """A product of two matrices over one shared index as `@` with `.mT` views (BLAS reads
     transposes in place; einsum may copy them). None when the contraction is not of that shape.
 
@@ -220,44 +295,47 @@ def _matmul(tensors, codes, dummies, out, positions=(0, 0)):
     same numbers with the large operand read in storage order (measured 1.1-2.5x faster on CPU)."""
     if len(tensors) != 2 or len(dummies) != 1 or len(out) != 2:
         return None
-    (a, ca, pa), (b, cb, pb) = zip(tensors, (_wrap(codes[0]), _wrap(codes[1])), positions)
+    (a, pa), (b, pb) = zip(tensors, positions)
     k = dummies[0]
     if len(a.axes) != 2 or len(b.axes) != 2 or k not in a.axes or k not in b.axes:
         return None
     (ra,) = [x for x in a.axes if x != k]
     (rb,) = [x for x in b.axes if x != k]
     if (ra, rb) != tuple(out):
-        (a, ca, ra, pa), (b, cb, rb, pb) = (b, cb, rb, pb), (a, ca, ra, pa)
+        (a, ra, pa), (b, rb, pb) = (b, rb, pb), (a, ra, pa)
     if (ra, rb) != tuple(out) or ra == rb:
         return None
     if a.axes == (k, ra) and pa > pb:  # out = (b^T a)^T
-        return f"({cb if b.axes == (rb, k) else cb + '.mT'} @ {ca}).mT"
-    left = ca if a.axes == (ra, k) else f"{ca}.mT"
-    right = cb if b.axes == (k, rb) else f"{cb}.mT"
-    return f"{left} @ {right}"
+        return Tensor(f"({paren(_matrix(b, (rb, k)), MUL, strict=True)} @ {paren(a, MUL, strict=True)}).mT", out)
+    left, right = _matrix(a, (ra, k)), _matrix(b, (k, rb))
+    return Tensor(f"{paren(left, MUL, strict=True)} @ {paren(right, MUL, strict=True)}", out, MUL)
 
 
-def _wrap(code):
-    """Parenthesise a compound operand before `@` or `.mT` binds to it."""
-    depth = 0
-    for ch in code:
-        depth += ch in "(["
-        depth -= ch in ")]"
-        if depth == 0 and ch in " @*+-/":
-            return f"({code})"
-    return code
+def _matrix(t, axes):
+    """t as a matrix on `axes`: itself, or its transpose view."""
+    return t if t.axes == axes else Tensor(f"{paren(t, ATOM)}.mT", axes)
 
 
-def _rowsum(tensors, codes, dummies, out):
-    """Operands on identical axes summed over the trailing ones: (a * b).sum(-1) (einsum's parse
-    overhead dominates at small sizes)."""
+def _reduce(tensors, dummies, out):
+    """Operands on identical axes, multiplied and summed over the dummies: vecdot or (a * b).sum(dim)
+    (einsum's parse overhead dominates at small sizes). None when the operands' axes differ."""
     axes = tensors[0].axes
-    if any(t.axes != axes for t in tensors) or tuple(out) + tuple(dummies) != axes:
+    if any(t.axes != axes for t in tensors) or tuple(a for a in axes if a not in dummies) != tuple(out):
         return None
-    if len(dummies) == 1 and len(codes) == 2:
-        return f"torch.linalg.vecdot({codes[0]}, {codes[1]})"
-    dims = ", ".join(str(-1 - i) for i in range(len(dummies)))
-    return f"({' * '.join(codes)}).sum(dim=({dims},))" if len(dummies) > 1 else f"({' * '.join(codes)}).sum(dim=-1)"
+    dims = [_dim(axes, d) for d in axes if d in dummies]
+    if not dims:  # nothing left to sum (a dummy the summand does not depend on is a factor of its range)
+        return product(tensors, axes=out)
+    if len(tensors) == 2 and dims == [-1]:
+        return Tensor(f"torch.linalg.vecdot({tensors[0].code}, {tensors[1].code})", out)
+    dim = str(dims[0]) if len(dims) == 1 else "(" + ", ".join(map(str, dims)) + ")"
+    return Tensor(f"{paren(product(tensors), ATOM)}.sum(dim={dim})", out)
+
+
+def _einsum(tensors, out):
+    letters = {a: LETTERS[i] for i, a in enumerate(_union(t.axes for t in tensors))}
+    spec = ",".join("..." + "".join(letters[a] for a in t.axes) for t in tensors)
+    spec += "->..." + "".join(letters[a] for a in out)
+    return Tensor(f'torch.einsum("{spec}", {", ".join(t.code for t in tensors)})', out)
 
 
 def _union(groups):
@@ -273,16 +351,19 @@ def _dim(axes, index):
     return list(axes).index(index) - len(axes)
 
 
-def align(t: Tensor, target) -> str:
-    """Code for `t` broadcast to the trailing axes `target` (permute, then insert None axes)."""
-    if not t.axes:
-        return t.code
-    order = [a for a in target if a in t.axes]
-    code = t.code
-    if list(t.axes) != order:
-        letters = {a: LETTERS[i] for i, a in enumerate(t.axes)}
-        code = f'torch.einsum("...{"".join(letters[a] for a in t.axes)}->...{"".join(letters[a] for a in order)}", {code})'
+def align(t: Tensor, target) -> Tensor:
+    """`t` broadcast to the trailing axes `target`: permuted (`.mT` or einsum), then None axes inserted."""
+    if t.number:
+        return t
+    order = tuple(a for a in target if a in t.axes)
+    if t.axes != order:
+        if order == t.axes[:-2] + t.axes[:-3:-1]:
+            t = Tensor(f"{paren(t, ATOM)}.mT", order)
+        else:
+            letters = {a: LETTERS[i] for i, a in enumerate(t.axes)}
+            spec = f'"...{"".join(letters[a] for a in t.axes)}->...{"".join(letters[a] for a in order)}"'
+            t = Tensor(f"torch.einsum({spec}, {t.code})", order)
     if len(order) == len(target):
-        return code
+        return t
     idx = ", ".join(":" if a in t.axes else "None" for a in target)
-    return f"{code}[..., {idx}]"
+    return Tensor(f"{paren(t, ATOM)}[..., {idx}]", tuple(target))

@@ -7,7 +7,7 @@ import inspect
 import torch
 
 from derive import claims as registry
-from derive.codegen import ARG_NAMES, _fn_name
+from derive.codegen import ARG_NAMES
 from derive.model import LEAVES, LEVELS
 from numeric import reference
 from numeric.agreement import TOLERANCE
@@ -80,13 +80,23 @@ def _sum_batch(t, other):
 
 
 def cases(module, kind):
-    """(claim or mutant, identity, generated function or None if it has no kernel) per identity / mutant."""
+    """(claim or mutant, identity, its check function or None) per identity / equality mutant, from the
+    generated module's MANIFEST."""
     out = []
     for claim in registry.claims():
         for identity in claim.parts if kind == "identity" else ():
-            out.append((claim, identity, getattr(module, _fn_name("identity", claim.id, identity.name), None)))
+            out.append((claim, identity, _function(module, (claim.id, identity.name))))
         for m in claim.mutants if kind == "mutant" else ():
             if m.constant is None:
-                identity = claim.part(m.part)
-                out.append((m, identity, getattr(module, _fn_name("mutant", m.id), None)))
+                out.append((m, claim.part(m.part), _function(module, m.id)))
     return out
+
+
+def unemitted(module, key):
+    """Why the generated module has no check function for an identity (claim id, name) or a mutant id."""
+    return module.UNEMITTED.get(key, "not in the generated module's MANIFEST")
+
+
+def _function(module, key):
+    name = module.MANIFEST.get(key)
+    return None if name is None else getattr(module, name)

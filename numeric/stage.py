@@ -51,7 +51,7 @@ class NumericStage:
         tol = identities.TOL_FLOAT64
         for claim, identity, fn in identities.cases(gen, "identity"):
             if fn is None:
-                self._unemitted(gen, f"numeric/{claim.id}/{_slug(identity.name)}/float64", claim.id, "identity", claim.id, identity.name)
+                self._unemitted(gen, f"numeric/{claim.id}/{_slug(identity.name)}/float64", claim.id, (claim.id, identity.name))
                 continue
             t0 = time.perf_counter()
             worst = max(identities.evaluate(fn, identity.level, sizes, batch, mask, self.seed + k)[0]
@@ -65,7 +65,7 @@ class NumericStage:
         sizes, batch, mask = IDENTITY_SHAPES[0]
         for mutant, identity, fn in identities.cases(gen, "mutant"):
             if fn is None:
-                self._unemitted(gen, f"numeric/{mutant.id}", mutant.claim, "mutant", mutant.id)
+                self._unemitted(gen, f"numeric/{mutant.id}", mutant.claim, mutant.id)
                 continue
             t0 = time.perf_counter()
             err = identities.evaluate(fn, identity.level, sizes, batch, mask, self.seed)[0]
@@ -79,10 +79,8 @@ class NumericStage:
             if m.constant is not None:
                 kill.setdefault(m.id, {"claim": m.claim, "description": m.description})["numeric"] = "n/a"
 
-    def _unemitted(self, gen, cid, claim, *name):
-        from derive.codegen import _fn_name
-
-        reason = getattr(gen, "unemitted", {}).get(_fn_name(*name), "no generated kernel")
+    def _unemitted(self, gen, cid, claim, key):
+        reason = identities.unemitted(gen, key)
         self.results.add(Check(cid, "numeric", "numeric", claim, "skipped", 0.0, f"not emitted: {reason}", "generated kernel"))
         self.log(f"  SKIP {cid:60} not emitted: {reason}")
 
@@ -179,25 +177,16 @@ class NumericStage:
 
 
 def generated_module():
-    """The committed generated module, or a fresh emission when extra claims are registered.
-
-    An extra claim whose sides have no kernel form (a second derivative, the loss itself) is left
-    out of the emission; `unemitted` maps its kernel names to the reason."""
+    """The committed generated module, or a fresh emission when extra claims are registered (an extra
+    claim whose sides have no kernel form is left out; its UNEMITTED entry says why)."""
     from numeric.generated import attention
 
     if not registry.extra_ids():
         return attention
-    from derive.codegen import HEADER, api_kernels, check_kernels, emit_kernel
+    from derive.codegen import emit
 
     module = types.ModuleType("numeric.generated.fresh")
-    module.unemitted = {}
-    parts = []
-    for kernel in api_kernels() + check_kernels(include_extra=True):
-        try:
-            parts.append(emit_kernel(kernel))
-        except Exception as exc:  # recorded per claim by the caller
-            module.unemitted[kernel.name] = f"{type(exc).__name__}: {exc}"
-    exec(compile(HEADER + "".join("\n\n" + p for p in parts), "<fresh emission>", "exec"), module.__dict__)
+    exec(compile(emit(include_extra=True), "<fresh emission>", "exec"), module.__dict__)
     return module
 
 

@@ -23,3 +23,25 @@ def test_mutant_rejected(mutant, identity, fn):
     sizes, batch, mask = IDENTITY_SHAPES[0]
     err, _ = identities.evaluate(fn, identity.level, sizes, batch, mask, seed=5)
     assert err > 1e3 * identities.TOL_FLOAT64
+
+
+def test_an_extra_identity_without_a_kernel_form_is_skipped_with_the_reason(monkeypatch):
+    from derive import claims as registry
+    from derive.claims import Claim, Identity
+    from derive.results import Results
+    from derive.profile import QUICK
+    from numeric.stage import NumericStage, generated_module
+
+    jacobian = Identity("jacobian", ("n", "n"), "scores", lambda m, i, j: m.grad(m.alpha(i, i), "s", i, j),
+                        lambda m, i, j: m.alpha(i, i) * (m.delta(i, j) - m.alpha(i, j)), "J")
+    rows = Identity("rows", ("n",), "scores", lambda m, i: m.sum("n", lambda j: m.alpha(i, j) * m.b(i, j)),
+                    lambda m, i: m.sum("dv", lambda a: m.u(i, a) * m.o(i, a)), "R")
+    registry.claims()
+    monkeypatch.setitem(registry.REGISTRY, "X7", Claim("X7", "extra", "", "test", (jacobian, rows)))
+    stage = NumericStage(Results({}), QUICK, "cpu", 0, log=lambda *a: None)
+    stage.identities(generated_module())
+    checks = {c.id: c for c in stage.results.checks}
+    assert checks["numeric/X7/jacobian/float64"].status == "skipped"
+    assert "NotImplementedError" in checks["numeric/X7/jacobian/float64"].measured
+    assert checks["numeric/X7/rows/float64"].status == "pass"
+    assert checks["numeric/C1/main/float64"].status == "pass"

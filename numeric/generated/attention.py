@@ -8,8 +8,6 @@ import torch
 
 def _recip(x):
     """1/x with 1/0 := 0, so a fully masked row has zero attention and zero gradients."""
-    if not torch.is_tensor(x):
-        return 1 / x
     return torch.where(x == 0, torch.zeros_like(x), 1 / x)
 
 
@@ -30,22 +28,70 @@ def _softmax_(x, mask, dim):
     return _softmax(x, mask, dim, inplace=True)
 
 
+# The function that checks each identity, keyed (claim id, identity name), and each mutant, keyed by its id.
+MANIFEST = {
+    ("C1", "main"): "identity_c1_main",
+    ("C1", "fused baseline"): "identity_c1_fused_baseline",
+    "M1-drop-baseline": "mutant_m1_drop_baseline",
+    "M2-uniform-baseline": "mutant_m2_uniform_baseline",
+    "M3-drop-alpha": "mutant_m3_drop_alpha",
+    "M4-flip-sign": "mutant_m4_flip_sign",
+    "M5-masked-baseline": "mutant_m5_masked_baseline",
+    ("C2", "main"): "identity_c2_main",
+    "M6-wrong-index": "mutant_m6_wrong_index",
+    ("C3", "main"): "identity_c3_main",
+    "M7-lose-scale": "mutant_m7_lose_scale",
+    "M8-transpose-qk": "mutant_m8_transpose_qk",
+    ("C4", "main"): "identity_c4_main",
+    "M9-transpose-qk": "mutant_m9_transpose_qk",
+    ("C5", "main"): "identity_c5_main",
+    "M10-lose-1/T": "mutant_m10_lose_1_t",
+    ("C6", "main"): "identity_c6_main",
+    "M11-baseline-not-cancelled": "mutant_m11_baseline_not_cancelled",
+    ("C7", "main"): "identity_c7_main",
+    "M12-times-alpha": "mutant_m12_times_alpha",
+    ("C8", "W_V"): "identity_c8_w_v",
+    ("C8", "W_Q"): "identity_c8_w_q",
+    ("C8", "W_K"): "identity_c8_w_k",
+    ("C8", "W_O"): "identity_c8_w_o",
+    "M13-WV-transposed-alpha": "mutant_m13_wv_transposed_alpha",
+    ("C9", "S1 baseline as mixture"): "identity_c9_s1_baseline_as_mixture",
+    ("C9", "S2 self term vanishes"): "identity_c9_s2_self_term_vanishes",
+    ("C9", "S3 off-diagonal mass"): "identity_c9_s3_off_diagonal_mass",
+    "M14-S1-uniform-weights": "mutant_m14_s1_uniform_weights",
+    ("C10", "completed square"): "identity_c10_completed_square",
+    "M16-plain-gradient-step": "mutant_m16_plain_gradient_step",
+}
+# Identities and mutants with no check function, and why.
+UNEMITTED = {
+    "M15-constant-3.5": "a bound constant, not a closed form (the derive stage's saturation search attacks it)",
+}
+
+
 def attention_forward_masked(q, k, v, mask, scale):
-    """alpha and o = alpha v."""
+    """The attention forward. Returns alpha, o."""
     s = q @ (scale * k).mT  # (..., n, n)
     alpha = _softmax_(s, mask, dim=-1)  # (..., n, n)
     o = alpha @ v  # (..., n, d_v)
     return alpha, o
 
 
+def attention_forward_unmasked(q, k, v, scale):
+    """The attention forward. Returns alpha, o."""
+    s = q @ (scale * k).mT  # (..., n, n)
+    alpha = _softmax_(s, None, dim=-1)  # (..., n, n)
+    o = alpha @ v  # (..., n, d_v)
+    return alpha, o
+
+
 def attention_backward_masked(q, k, v, u, mask, scale):
-    """alpha, B (C7), dS = A (C1), dQ (C3), dK (C4), dV (C2)."""
+    """The attention backward from q, k, v and u = dL/do. Returns alpha, B (C7), dS (C1), dQ (C3), dK (C4), dV (C2)."""
     s = q @ (scale * k).mT  # (..., n, n)
     alpha = _softmax_(s, mask, dim=-1)  # (..., n, n)
     b = u @ v.mT  # (..., n, n)
     o = alpha @ v  # (..., n, d_v)
     baseline = torch.linalg.vecdot(o, u)  # (..., n)
-    dS = ((-baseline)[..., :, None] + b) * alpha  # (..., n, n)
+    dS = (b - baseline[..., :, None]) * alpha  # (..., n, n)
     dQ = dS @ (scale * k)  # (..., n, d_k)
     dK = ((scale * q).mT @ dS).mT  # (..., n, d_k)
     dV = (u.mT @ alpha).mT  # (..., n, d_v)
@@ -53,22 +99,14 @@ def attention_backward_masked(q, k, v, u, mask, scale):
     return alpha, B, dS, dQ, dK, dV
 
 
-def attention_forward_unmasked(q, k, v, scale):
-    """alpha and o = alpha v."""
-    s = q @ (scale * k).mT  # (..., n, n)
-    alpha = _softmax_(s, None, dim=-1)  # (..., n, n)
-    o = alpha @ v  # (..., n, d_v)
-    return alpha, o
-
-
 def attention_backward_unmasked(q, k, v, u, scale):
-    """alpha, B (C7), dS = A (C1), dQ (C3), dK (C4), dV (C2)."""
+    """The attention backward from q, k, v and u = dL/do. Returns alpha, B (C7), dS (C1), dQ (C3), dK (C4), dV (C2)."""
     s = q @ (scale * k).mT  # (..., n, n)
     alpha = _softmax_(s, None, dim=-1)  # (..., n, n)
     b = u @ v.mT  # (..., n, n)
     o = alpha @ v  # (..., n, d_v)
     baseline = torch.linalg.vecdot(o, u)  # (..., n)
-    dS = ((-baseline)[..., :, None] + b) * alpha  # (..., n, n)
+    dS = (b - baseline[..., :, None]) * alpha  # (..., n, n)
     dQ = dS @ (scale * k)  # (..., n, d_k)
     dK = ((scale * q).mT @ dS).mT  # (..., n, d_k)
     dV = (u.mT @ alpha).mT  # (..., n, d_v)
@@ -77,10 +115,10 @@ def attention_backward_unmasked(q, k, v, u, scale):
 
 
 def attention_backward_from_forward(q, k, v, alpha, o, u, scale):
-    """B, dS, dQ, dK, dV reusing alpha and o from the forward (alpha is zero where masked, so no mask is needed)."""
+    """The attention backward reusing alpha and o from the forward (alpha is zero where masked, so no mask is needed). Returns B (C7), dS (C1), dQ (C3), dK (C4), dV (C2)."""
     b = u @ v.mT  # (..., n, n)
     baseline = torch.linalg.vecdot(o, u)  # (..., n)
-    dS = ((-baseline)[..., :, None] + b) * alpha  # (..., n, n)
+    dS = (b - baseline[..., :, None]) * alpha  # (..., n, n)
     dQ = dS @ (scale * k)  # (..., n, d_k)
     dK = ((scale * q).mT @ dS).mT  # (..., n, d_k)
     dV = (u.mT @ alpha).mT  # (..., n, d_v)
@@ -89,7 +127,7 @@ def attention_backward_from_forward(q, k, v, alpha, o, u, scale):
 
 
 def attention_grads_from_forward(q, k, v, alpha, o, u, scale):
-    """dQ, dK, dV only (the module's backward: B and dS die early, so their buffers are reused)."""
+    """The module's backward: B and dS die early, so their buffers are reused. Returns dQ (C3), dK (C4), dV (C2)."""
     b = u @ v.mT  # (..., n, n)
     baseline = torch.linalg.vecdot(o, u)  # (..., n)
     dS = b.sub_(baseline[..., :, None]).mul_(alpha)  # (..., n, n)
@@ -100,18 +138,18 @@ def attention_grads_from_forward(q, k, v, alpha, o, u, scale):
 
 
 def readout_backward(o, w_o, y):
-    """p, u = dL/do (C5), dL/dW_O (C8) and the mean CE loss."""
+    """The readout: class probabilities, u = dL/do, dL/dW_O and the mean cross-entropy of each sequence. Returns p, u (C5), dW_O (C8 W_O), loss."""
     n_size = o.shape[-2]
     z = o @ w_o  # (..., n, m)
     p = _softmax(z, None, dim=-1)  # (..., n, m)
-    u = ((-y) + p) @ (_recip(n_size) * w_o).mT  # (..., n, d_v)
-    dW_O = o.mT @ (_recip(n_size) * ((-torch.einsum("...ab->...ba", y)) + torch.einsum("...ab->...ba", p))).mT  # (..., d_v, m)
-    loss = ((_recip(n_size) * (torch.linalg.vecdot((-1 * y), z) + torch.logsumexp(z, dim=-1)))).sum(dim=-1)  # scalar
+    u = (p - y) @ (w_o / n_size).mT  # (..., n, d_v)
+    dW_O = o.mT @ ((p - y) / n_size)  # (..., d_v, m)
+    loss = ((torch.logsumexp(z, dim=-1) - torch.linalg.vecdot(y, z)) / n_size).sum(dim=-1)  # (...)
     return p, u, dW_O, loss
 
 
 def params_backward(x, dQ, dK, dV):
-    """dL/dW_Q, dL/dW_K, dL/dW_V (C8) from dQ, dK, dV."""
+    """The parameter gradients from dQ, dK, dV. Returns dW_Q (C8 W_Q), dW_K (C8 W_K), dW_V (C8 W_V)."""
     dW_Q = x.mT @ dQ  # (..., d_x, d_k)
     dW_K = x.mT @ dK  # (..., d_x, d_k)
     dW_V = x.mT @ dV  # (..., d_x, d_v)
@@ -125,10 +163,10 @@ def identity_c1_main(v, s, w_o, y, mask, grad_s):
     o = alpha @ v  # (..., n, d_v)
     z = o @ w_o  # (..., n, m)
     p = _softmax_(z, None, dim=-1)  # (..., n, m)
-    u = ((-y) + p) @ (_recip(n_size) * w_o).mT  # (..., n, d_v)
+    u = (p - y) @ (w_o / n_size).mT  # (..., n, d_v)
     b = u @ v.mT  # (..., n, n)
     baseline = torch.linalg.vecdot(alpha, b)  # (..., n)
-    dS = alpha.mul_((-baseline)[..., :, None] + b)  # (..., n, n)
+    dS = alpha.mul_(b - baseline[..., :, None])  # (..., n, n)
     derived = grad_s  # (..., n, n)
     closed = dS  # (..., n, n)
     return derived, closed
@@ -141,7 +179,7 @@ def identity_c1_fused_baseline(v, s, w_o, y, mask):
     o = alpha @ v  # (..., n, d_v)
     z = o @ w_o  # (..., n, m)
     p = _softmax_(z, None, dim=-1)  # (..., n, m)
-    u = ((-y) + p) @ (_recip(n_size) * w_o).mT  # (..., n, d_v)
+    u = (p - y) @ (w_o / n_size).mT  # (..., n, d_v)
     b = u @ v.mT  # (..., n, n)
     baseline = torch.linalg.vecdot(alpha, b)  # (..., n)
     derived = baseline  # (..., n)
@@ -156,7 +194,7 @@ def mutant_m1_drop_baseline(v, s, w_o, y, mask, grad_s):
     o = alpha @ v  # (..., n, d_v)
     z = o @ w_o  # (..., n, m)
     p = _softmax_(z, None, dim=-1)  # (..., n, m)
-    u = ((-y) + p) @ (_recip(n_size) * w_o).mT  # (..., n, d_v)
+    u = (p - y) @ (w_o / n_size).mT  # (..., n, d_v)
     b = u @ v.mT  # (..., n, n)
     derived = grad_s  # (..., n, n)
     closed = alpha * b  # (..., n, n)
@@ -170,10 +208,10 @@ def mutant_m2_uniform_baseline(v, s, w_o, y, mask, grad_s):
     o = alpha @ v  # (..., n, d_v)
     z = o @ w_o  # (..., n, m)
     p = _softmax_(z, None, dim=-1)  # (..., n, m)
-    u = ((-y) + p) @ (_recip(n_size) * w_o).mT  # (..., n, d_v)
+    u = (p - y) @ (w_o / n_size).mT  # (..., n, d_v)
     b = u @ v.mT  # (..., n, n)
     derived = grad_s  # (..., n, n)
-    closed = (((-1 * _recip(n_size) * b)).sum(dim=-1)[..., :, None] + b) * alpha  # (..., n, n)
+    closed = (b - (b / n_size).sum(dim=-1)[..., :, None]) * alpha  # (..., n, n)
     return derived, closed
 
 
@@ -184,11 +222,11 @@ def mutant_m3_drop_alpha(v, s, w_o, y, mask, grad_s):
     o = alpha @ v  # (..., n, d_v)
     z = o @ w_o  # (..., n, m)
     p = _softmax_(z, None, dim=-1)  # (..., n, m)
-    u = ((-y) + p) @ (_recip(n_size) * w_o).mT  # (..., n, d_v)
+    u = (p - y) @ (w_o / n_size).mT  # (..., n, d_v)
     b = u @ v.mT  # (..., n, n)
     baseline = torch.linalg.vecdot(alpha, b)  # (..., n)
     derived = grad_s  # (..., n, n)
-    closed = (-baseline)[..., :, None] + b  # (..., n, n)
+    closed = b - baseline[..., :, None]  # (..., n, n)
     return derived, closed
 
 
@@ -199,10 +237,10 @@ def mutant_m4_flip_sign(v, s, w_o, y, mask, grad_s):
     o = alpha @ v  # (..., n, d_v)
     z = o @ w_o  # (..., n, m)
     p = _softmax_(z, None, dim=-1)  # (..., n, m)
-    u = ((-y) + p) @ (_recip(n_size) * w_o).mT  # (..., n, d_v)
+    u = (p - y) @ (w_o / n_size).mT  # (..., n, d_v)
     b = u @ v.mT  # (..., n, n)
     baseline = torch.linalg.vecdot(alpha, b)  # (..., n)
-    dS = alpha.mul_((-baseline)[..., :, None] + b)  # (..., n, n)
+    dS = alpha.mul_(b - baseline[..., :, None])  # (..., n, n)
     derived = grad_s  # (..., n, n)
     closed = -dS  # (..., n, n)
     return derived, closed
@@ -215,10 +253,10 @@ def mutant_m5_masked_baseline(v, s, w_o, y, mask, grad_s):
     o = alpha @ v  # (..., n, d_v)
     z = o @ w_o  # (..., n, m)
     p = _softmax_(z, None, dim=-1)  # (..., n, m)
-    u = ((-y) + p) @ (_recip(n_size) * w_o).mT  # (..., n, d_v)
+    u = (p - y) @ (w_o / n_size).mT  # (..., n, d_v)
     b = u @ v.mT  # (..., n, n)
     derived = grad_s  # (..., n, n)
-    closed = (torch.linalg.vecdot((-1 * _softmax(s, None, dim=-1)), b)[..., :, None] + b) * alpha  # (..., n, n)
+    closed = (b - torch.linalg.vecdot(_softmax(s, None, dim=-1), b)[..., :, None]) * alpha  # (..., n, n)
     return derived, closed
 
 
@@ -229,7 +267,7 @@ def identity_c2_main(v, s, w_o, y, mask, grad_v):
     o = alpha @ v  # (..., n, d_v)
     z = o @ w_o  # (..., n, m)
     p = _softmax_(z, None, dim=-1)  # (..., n, m)
-    u = ((-y) + p) @ (_recip(n_size) * w_o).mT  # (..., n, d_v)
+    u = (p - y) @ (w_o / n_size).mT  # (..., n, d_v)
     dV = (u.mT @ alpha).mT  # (..., n, d_v)
     derived = grad_v  # (..., n, d_v)
     closed = dV  # (..., n, d_v)
@@ -243,7 +281,7 @@ def mutant_m6_wrong_index(v, s, w_o, y, mask, grad_v):
     o = alpha @ v  # (..., n, d_v)
     z = o @ w_o  # (..., n, m)
     p = _softmax_(z, None, dim=-1)  # (..., n, m)
-    u = ((-y) + p) @ (_recip(n_size) * w_o).mT  # (..., n, d_v)
+    u = (p - y) @ (w_o / n_size).mT  # (..., n, d_v)
     derived = grad_v  # (..., n, d_v)
     closed = alpha @ u  # (..., n, d_v)
     return derived, closed
@@ -257,10 +295,10 @@ def identity_c3_main(q, k, v, w_o, y, mask, grad_q, scale):
     o = alpha @ v  # (..., n, d_v)
     z = o @ w_o  # (..., n, m)
     p = _softmax_(z, None, dim=-1)  # (..., n, m)
-    u = ((-y) + p) @ (_recip(n_size) * w_o).mT  # (..., n, d_v)
+    u = (p - y) @ (w_o / n_size).mT  # (..., n, d_v)
     b = u @ v.mT  # (..., n, n)
     baseline = torch.linalg.vecdot(alpha, b)  # (..., n)
-    dS = alpha.mul_((-baseline)[..., :, None] + b)  # (..., n, n)
+    dS = alpha.mul_(b - baseline[..., :, None])  # (..., n, n)
     dQ = dS @ (scale * k)  # (..., n, d_k)
     derived = grad_q  # (..., n, d_k)
     closed = dQ  # (..., n, d_k)
@@ -275,10 +313,10 @@ def mutant_m7_lose_scale(q, k, v, w_o, y, mask, grad_q, scale):
     o = alpha @ v  # (..., n, d_v)
     z = o @ w_o  # (..., n, m)
     p = _softmax_(z, None, dim=-1)  # (..., n, m)
-    u = ((-y) + p) @ (_recip(n_size) * w_o).mT  # (..., n, d_v)
+    u = (p - y) @ (w_o / n_size).mT  # (..., n, d_v)
     b = u @ v.mT  # (..., n, n)
     baseline = torch.linalg.vecdot(alpha, b)  # (..., n)
-    dS = alpha.mul_((-baseline)[..., :, None] + b)  # (..., n, n)
+    dS = alpha.mul_(b - baseline[..., :, None])  # (..., n, n)
     derived = grad_q  # (..., n, d_k)
     closed = dS @ k  # (..., n, d_k)
     return derived, closed
@@ -292,10 +330,10 @@ def mutant_m8_transpose_qk(q, k, v, w_o, y, mask, grad_q, scale):
     o = alpha @ v  # (..., n, d_v)
     z = o @ w_o  # (..., n, m)
     p = _softmax_(z, None, dim=-1)  # (..., n, m)
-    u = ((-y) + p) @ (_recip(n_size) * w_o).mT  # (..., n, d_v)
+    u = (p - y) @ (w_o / n_size).mT  # (..., n, d_v)
     b = u @ v.mT  # (..., n, n)
     baseline = torch.linalg.vecdot(alpha, b)  # (..., n)
-    dS = alpha.mul_((-baseline)[..., :, None] + b)  # (..., n, n)
+    dS = alpha.mul_(b - baseline[..., :, None])  # (..., n, n)
     derived = grad_q  # (..., n, d_k)
     closed = ((scale * k).mT @ dS).mT  # (..., n, d_k)
     return derived, closed
@@ -309,10 +347,10 @@ def identity_c4_main(q, k, v, w_o, y, mask, grad_k, scale):
     o = alpha @ v  # (..., n, d_v)
     z = o @ w_o  # (..., n, m)
     p = _softmax_(z, None, dim=-1)  # (..., n, m)
-    u = ((-y) + p) @ (_recip(n_size) * w_o).mT  # (..., n, d_v)
+    u = (p - y) @ (w_o / n_size).mT  # (..., n, d_v)
     b = u @ v.mT  # (..., n, n)
     baseline = torch.linalg.vecdot(alpha, b)  # (..., n)
-    dS = alpha.mul_((-baseline)[..., :, None] + b)  # (..., n, n)
+    dS = alpha.mul_(b - baseline[..., :, None])  # (..., n, n)
     dK = ((scale * q).mT @ dS).mT  # (..., n, d_k)
     derived = grad_k  # (..., n, d_k)
     closed = dK  # (..., n, d_k)
@@ -327,10 +365,10 @@ def mutant_m9_transpose_qk(q, k, v, w_o, y, mask, grad_k, scale):
     o = alpha @ v  # (..., n, d_v)
     z = o @ w_o  # (..., n, m)
     p = _softmax_(z, None, dim=-1)  # (..., n, m)
-    u = ((-y) + p) @ (_recip(n_size) * w_o).mT  # (..., n, d_v)
+    u = (p - y) @ (w_o / n_size).mT  # (..., n, d_v)
     b = u @ v.mT  # (..., n, n)
     baseline = torch.linalg.vecdot(alpha, b)  # (..., n)
-    dS = alpha.mul_((-baseline)[..., :, None] + b)  # (..., n, n)
+    dS = alpha.mul_(b - baseline[..., :, None])  # (..., n, n)
     derived = grad_k  # (..., n, d_k)
     closed = ((scale * k).mT @ dS).mT  # (..., n, d_k)
     return derived, closed
@@ -341,7 +379,7 @@ def identity_c5_main(o, w_o, y, grad_o):
     n_size = o.shape[-2]
     z = o @ w_o  # (..., n, m)
     p = _softmax_(z, None, dim=-1)  # (..., n, m)
-    u = ((-y) + p) @ (_recip(n_size) * w_o).mT  # (..., n, d_v)
+    u = (p - y) @ (w_o / n_size).mT  # (..., n, d_v)
     derived = grad_o  # (..., n, d_v)
     closed = u  # (..., n, d_v)
     return derived, closed
@@ -352,14 +390,14 @@ def mutant_m10_lose_1_t(o, w_o, y, grad_o):
     z = o @ w_o  # (..., n, m)
     p = _softmax_(z, None, dim=-1)  # (..., n, m)
     derived = grad_o  # (..., n, d_v)
-    closed = ((-y) + p) @ w_o.mT  # (..., n, d_v)
+    closed = (p - y) @ w_o.mT  # (..., n, d_v)
     return derived, closed
 
 
 def identity_c6_main(grad_s):
     """C6 / main (derived side with autograd inputs grad_*, closed side)."""
-    derived = (grad_s).sum(dim=-1)  # (..., n)
-    closed = 0  # (..., n)
+    derived = grad_s.sum(dim=-1)  # (..., n)
+    closed = 0  # a number, broadcast to (..., n)
     return derived, closed
 
 
@@ -370,10 +408,10 @@ def mutant_m11_baseline_not_cancelled(v, s, w_o, y, mask, grad_s):
     o = alpha @ v  # (..., n, d_v)
     z = o @ w_o  # (..., n, m)
     p = _softmax_(z, None, dim=-1)  # (..., n, m)
-    u = ((-y) + p) @ (_recip(n_size) * w_o).mT  # (..., n, d_v)
+    u = (p - y) @ (w_o / n_size).mT  # (..., n, d_v)
     b = u @ v.mT  # (..., n, n)
     baseline = torch.linalg.vecdot(alpha, b)  # (..., n)
-    derived = (grad_s).sum(dim=-1)  # (..., n)
+    derived = grad_s.sum(dim=-1)  # (..., n)
     closed = baseline  # (..., n)
     return derived, closed
 
@@ -384,7 +422,7 @@ def identity_c7_main(v, alpha, w_o, y, grad_alpha):
     o = alpha @ v  # (..., n, d_v)
     z = o @ w_o  # (..., n, m)
     p = _softmax_(z, None, dim=-1)  # (..., n, m)
-    u = ((-y) + p) @ (_recip(n_size) * w_o).mT  # (..., n, d_v)
+    u = (p - y) @ (w_o / n_size).mT  # (..., n, d_v)
     b = u @ v.mT  # (..., n, n)
     derived = grad_alpha  # (..., n, n)
     closed = b  # (..., n, n)
@@ -397,7 +435,7 @@ def mutant_m12_times_alpha(v, alpha, w_o, y, grad_alpha):
     o = alpha @ v  # (..., n, d_v)
     z = o @ w_o  # (..., n, m)
     p = _softmax_(z, None, dim=-1)  # (..., n, m)
-    u = ((-y) + p) @ (_recip(n_size) * w_o).mT  # (..., n, d_v)
+    u = (p - y) @ (w_o / n_size).mT  # (..., n, d_v)
     b = u @ v.mT  # (..., n, n)
     derived = grad_alpha  # (..., n, n)
     closed = alpha * b  # (..., n, n)
@@ -415,7 +453,7 @@ def identity_c8_w_v(x, w_q, w_k, w_v, w_o, y, mask, grad_WV, scale):
     o = alpha @ v  # (..., n, d_v)
     z = o @ w_o  # (..., n, m)
     p = _softmax_(z, None, dim=-1)  # (..., n, m)
-    u = ((-y) + p) @ (_recip(n_size) * w_o).mT  # (..., n, d_v)
+    u = (p - y) @ (w_o / n_size).mT  # (..., n, d_v)
     dV = (u.mT @ alpha).mT  # (..., n, d_v)
     derived = grad_WV  # (..., d_x, d_v)
     closed = x.mT @ dV  # (..., d_x, d_v)
@@ -433,10 +471,10 @@ def identity_c8_w_q(x, w_q, w_k, w_v, w_o, y, mask, grad_WQ, scale):
     o = alpha @ v  # (..., n, d_v)
     z = o @ w_o  # (..., n, m)
     p = _softmax_(z, None, dim=-1)  # (..., n, m)
-    u = ((-y) + p) @ (_recip(n_size) * w_o).mT  # (..., n, d_v)
+    u = (p - y) @ (w_o / n_size).mT  # (..., n, d_v)
     b = u @ v.mT  # (..., n, n)
     baseline = torch.linalg.vecdot(alpha, b)  # (..., n)
-    dS = alpha.mul_((-baseline)[..., :, None] + b)  # (..., n, n)
+    dS = alpha.mul_(b - baseline[..., :, None])  # (..., n, n)
     dQ = dS @ (scale * k)  # (..., n, d_k)
     derived = grad_WQ  # (..., d_x, d_k)
     closed = x.mT @ dQ  # (..., d_x, d_k)
@@ -454,10 +492,10 @@ def identity_c8_w_k(x, w_q, w_k, w_v, w_o, y, mask, grad_WK, scale):
     o = alpha @ v  # (..., n, d_v)
     z = o @ w_o  # (..., n, m)
     p = _softmax_(z, None, dim=-1)  # (..., n, m)
-    u = ((-y) + p) @ (_recip(n_size) * w_o).mT  # (..., n, d_v)
+    u = (p - y) @ (w_o / n_size).mT  # (..., n, d_v)
     b = u @ v.mT  # (..., n, n)
     baseline = torch.linalg.vecdot(alpha, b)  # (..., n)
-    dS = alpha.mul_((-baseline)[..., :, None] + b)  # (..., n, n)
+    dS = alpha.mul_(b - baseline[..., :, None])  # (..., n, n)
     dK = ((scale * q).mT @ dS).mT  # (..., n, d_k)
     derived = grad_WK  # (..., d_x, d_k)
     closed = x.mT @ dK  # (..., d_x, d_k)
@@ -470,7 +508,7 @@ def identity_c8_w_o(o, w_o, y, grad_WO):
     z = o @ w_o  # (..., n, m)
     p = _softmax_(z, None, dim=-1)  # (..., n, m)
     derived = grad_WO  # (..., d_v, m)
-    closed = o.mT @ (_recip(n_size) * ((-torch.einsum("...ab->...ba", y)) + torch.einsum("...ab->...ba", p))).mT  # (..., d_v, m)
+    closed = o.mT @ ((p - y) / n_size)  # (..., d_v, m)
     return derived, closed
 
 
@@ -485,9 +523,9 @@ def mutant_m13_wv_transposed_alpha(x, w_q, w_k, w_v, w_o, y, mask, grad_WV, scal
     o = alpha @ v  # (..., n, d_v)
     z = o @ w_o  # (..., n, m)
     p = _softmax_(z, None, dim=-1)  # (..., n, m)
-    u = ((-y) + p) @ (_recip(n_size) * w_o).mT  # (..., n, d_v)
+    u = (p - y) @ (w_o / n_size).mT  # (..., n, d_v)
     derived = grad_WV  # (..., d_x, d_v)
-    closed = x.mT @ (u.mT @ alpha.mT).mT  # (..., d_x, d_v)
+    closed = x.mT @ (alpha @ u)  # (..., d_x, d_v)
     return derived, closed
 
 
@@ -498,11 +536,11 @@ def identity_c9_s1_baseline_as_mixture(v, s, w_o, y, mask):
     o = alpha @ v  # (..., n, d_v)
     z = o @ w_o  # (..., n, m)
     p = _softmax_(z, None, dim=-1)  # (..., n, m)
-    u = ((-y) + p) @ (_recip(n_size) * w_o).mT  # (..., n, d_v)
+    u = (p - y) @ (w_o / n_size).mT  # (..., n, d_v)
     b = u @ v.mT  # (..., n, n)
     baseline = torch.linalg.vecdot(alpha, b)  # (..., n)
-    derived = (-baseline)[..., :, None] + b  # (..., n, n)
-    closed = torch.einsum("...abc,...ac->...ab", ((-b)[..., :, None, :] + b[..., :, :, None]), alpha)  # (..., n, n)
+    derived = b - baseline[..., :, None]  # (..., n, n)
+    closed = torch.einsum("...abc,...ac->...ab", b[..., :, :, None] - b[..., :, None, :], alpha)  # (..., n, n)
     return derived, closed
 
 
@@ -514,10 +552,10 @@ def identity_c9_s2_self_term_vanishes(v, s, w_o, y, mask):
     o = alpha @ v  # (..., n, d_v)
     z = o @ w_o  # (..., n, m)
     p = _softmax_(z, None, dim=-1)  # (..., n, m)
-    u = ((-y) + p) @ (_recip(n_size) * w_o).mT  # (..., n, d_v)
+    u = (p - y) @ (w_o / n_size).mT  # (..., n, d_v)
     b = u @ v.mT  # (..., n, n)
-    derived = torch.einsum("...abc,...ac->...ab", ((-b)[..., :, None, :] + b[..., :, :, None]), alpha)  # (..., n, n)
-    closed = torch.einsum("...ab,...cab,...cb->...ca", (1 + (-torch.einsum("...ab->...ba", torch.eye(n_size, **_like)))), ((-b)[..., :, None, :] + b[..., :, :, None]), alpha)  # (..., n, n)
+    derived = torch.einsum("...abc,...ac->...ab", b[..., :, :, None] - b[..., :, None, :], alpha)  # (..., n, n)
+    closed = torch.einsum("...ab,...cba,...ca->...cb", 1 - torch.eye(n_size, **_like), b[..., :, :, None] - b[..., :, None, :], alpha)  # (..., n, n)
     return derived, closed
 
 
@@ -526,8 +564,8 @@ def identity_c9_s3_off_diagonal_mass(s, mask):
     n_size = s.shape[-2]
     _like = dict(dtype=s.dtype, device=s.device)
     alpha = _softmax(s, mask, dim=-1)  # (..., n, n)
-    derived = alpha @ (1 + (-torch.eye(n_size, **_like))).mT  # (..., n, n)
-    closed = 1 + (-alpha)  # (..., n, n)
+    derived = alpha @ (1 - torch.eye(n_size, **_like)).mT  # (..., n, n)
+    closed = 1 - alpha  # (..., n, n)
     return derived, closed
 
 
@@ -538,11 +576,11 @@ def mutant_m14_s1_uniform_weights(v, s, w_o, y, mask):
     o = alpha @ v  # (..., n, d_v)
     z = o @ w_o  # (..., n, m)
     p = _softmax_(z, None, dim=-1)  # (..., n, m)
-    u = ((-y) + p) @ (_recip(n_size) * w_o).mT  # (..., n, d_v)
+    u = (p - y) @ (w_o / n_size).mT  # (..., n, d_v)
     b = u @ v.mT  # (..., n, n)
     baseline = torch.linalg.vecdot(alpha, b)  # (..., n)
-    derived = (-baseline)[..., :, None] + b  # (..., n, n)
-    closed = ((_recip(n_size) * ((-b)[..., :, None, :] + b[..., :, :, None]))).sum(dim=-1)  # (..., n, n)
+    derived = b - baseline[..., :, None]  # (..., n, n)
+    closed = ((b[..., :, :, None] - b[..., :, None, :]) / n_size).sum(dim=-1)  # (..., n, n)
     return derived, closed
 
 
@@ -550,14 +588,14 @@ def identity_c10_completed_square(v, s, w_o, y, delta, mask, grad_v, eta):
     """C10 / completed square (derived side with autograd inputs grad_*, closed side)."""
     n_size = v.shape[-2]
     alpha = _softmax(s, mask, dim=-1)  # (..., n, n)
-    responsibility = torch.einsum("...ab->...b", alpha)  # (..., n)
+    responsibility = alpha.sum(dim=-2)  # (..., n)
     o = alpha @ v  # (..., n, d_v)
     z = o @ w_o  # (..., n, m)
     p = _softmax_(z, None, dim=-1)  # (..., n, m)
-    u = ((-y) + p) @ (_recip(n_size) * w_o).mT  # (..., n, d_v)
+    u = (p - y) @ (w_o / n_size).mT  # (..., n, d_v)
     dV = (u.mT @ alpha).mT  # (..., n, d_v)
-    derived = torch.einsum("...a,...ab,...ab->...a", (eta * _recip(responsibility)), dV, grad_v) + (0.5 * _recip(eta) * responsibility * (delta.square()).sum(dim=-1)) + ((-1 / 2) * _recip(eta) * responsibility * torch.einsum("...a,...ab->...a", ((eta ** 2) * (_recip(responsibility) ** 2)), dV.square())) + torch.linalg.vecdot(delta, grad_v)  # (..., n)
-    closed = 0.5 * _recip(eta) * responsibility * (((eta * _recip(responsibility)[..., :, None] * dV) + delta).square()).sum(dim=-1)  # (..., n)
+    derived = torch.einsum("...a,...ab,...ab->...a", eta * _recip(responsibility), dV, grad_v) + responsibility * delta.square().sum(dim=-1) / (2 * eta) - responsibility * torch.einsum("...a,...ab->...a", eta ** 2 * _recip(responsibility) ** 2, dV.square()) / (2 * eta) + torch.linalg.vecdot(delta, grad_v)  # (..., n)
+    closed = responsibility * (eta * _recip(responsibility)[..., :, None] * dV + delta).square().sum(dim=-1) / (2 * eta)  # (..., n)
     return derived, closed
 
 
@@ -565,12 +603,12 @@ def mutant_m16_plain_gradient_step(v, s, w_o, y, delta, mask, grad_v, eta):
     """negative control M16-plain-gradient-step: step without 1/N_j: -eta sum_i alpha_ij u_i (derived side with autograd inputs grad_*, closed side)."""
     n_size = v.shape[-2]
     alpha = _softmax(s, mask, dim=-1)  # (..., n, n)
-    responsibility = torch.einsum("...ab->...b", alpha)  # (..., n)
+    responsibility = alpha.sum(dim=-2)  # (..., n)
     o = alpha @ v  # (..., n, d_v)
     z = o @ w_o  # (..., n, m)
     p = _softmax_(z, None, dim=-1)  # (..., n, m)
-    u = ((-y) + p) @ (_recip(n_size) * w_o).mT  # (..., n, d_v)
+    u = (p - y) @ (w_o / n_size).mT  # (..., n, d_v)
     dV = (u.mT @ alpha).mT  # (..., n, d_v)
-    derived = torch.linalg.vecdot((eta * dV), grad_v) + (0.5 * _recip(eta) * responsibility * (delta.square()).sum(dim=-1)) + ((-1 / 2) * _recip(eta) * responsibility * (((eta ** 2) * dV.square())).sum(dim=-1)) + torch.linalg.vecdot(delta, grad_v)  # (..., n)
-    closed = 0.5 * _recip(eta) * responsibility * (((eta * dV) + delta).square()).sum(dim=-1)  # (..., n)
+    derived = torch.linalg.vecdot(eta * dV, grad_v) + responsibility * delta.square().sum(dim=-1) / (2 * eta) - responsibility * (eta ** 2 * dV.square()).sum(dim=-1) / (2 * eta) + torch.linalg.vecdot(delta, grad_v)  # (..., n)
+    closed = responsibility * (eta * dV + delta).square().sum(dim=-1) / (2 * eta)  # (..., n)
     return derived, closed
