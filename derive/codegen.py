@@ -234,10 +234,8 @@ def _softmax(x, mask, dim, inplace=False):
         return torch.softmax(x, dim)
     allowed = mask if mask.dtype == torch.bool else mask != 0  # ~ on a bool mask is ~30x cheaper than == 0
     x = x.masked_fill_(~allowed, float("-inf")) if inplace else x.masked_fill(~allowed, float("-inf"))
-    out = torch.softmax(x, dim)
-    if not bool(allowed.any(dim).all()):  # some row has nothing to attend to: 0/0 -> 0
-        out = out.nan_to_num_(0.0)
-    return out
+    # a row with nothing to attend to gives 0/0: set to 0 by the mask alone, so the device is never read
+    return torch.softmax(x, dim).masked_fill_(~allowed.any(dim, keepdim=True), 0.0)
 
 
 def _softmax_(x, mask, dim):

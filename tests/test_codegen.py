@@ -1,5 +1,6 @@
 """The generated file: fresh, deterministic, complete (its MANIFEST), driven by the registry's
 declarations, and derive/ never imports torch."""
+import torch
 import dataclasses
 import os
 import subprocess
@@ -130,3 +131,17 @@ def test_derive_never_imports_torch():
 def test_generated_code_prints_signs_as_written():
     code = "\n".join(line.split("#")[0] for line in GENERATED.read_text().splitlines())
     assert not any(patch in code for patch in ("+ -", "(-1 *", "- -", "--"))
+
+
+def test_generated_softmax_zeroes_empty_rows_without_reading_the_device():
+    """Fully masked rows give 0; no data-dependent branch: it runs on `meta` tensors, which cannot be read."""
+    from numeric.generated import attention as gen
+
+    x = torch.randn(2, 3, 4, dtype=torch.float64)
+    mask = torch.ones(3, 4, dtype=torch.bool)
+    mask[1] = False
+    out = gen._softmax(x, mask, -1)
+    assert torch.equal(out[:, 1], torch.zeros(2, 4, dtype=torch.float64))
+    assert torch.allclose(out[:, 0], torch.softmax(x[:, 0], -1)) and not out.isnan().any()
+    meta = gen._softmax(torch.empty(2, 3, 4, device="meta"), torch.empty(3, 4, dtype=torch.bool, device="meta"), -1)
+    assert meta.shape == (2, 3, 4) and meta.device.type == "meta"
