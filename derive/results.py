@@ -4,6 +4,7 @@ from __future__ import annotations
 import json
 import os
 import platform
+import re
 import secrets
 import subprocess
 import time
@@ -73,6 +74,13 @@ class Results:
         self.checks.append(check)
         return check
 
+    def record(self, check: Check, log=print, note=""):
+        """Add `check` and print its one line (status, id, seconds, and `note` or the measured value)."""
+        self.add(check)
+        shown = note if note else check.measured
+        log(f"  {check.status.upper():4} {check.id:56} {check.seconds:8.3f}s  {shown if shown is not None else ''}".rstrip())
+        return check
+
     def set_claim(self, cid, verdict, evidence, name=None, **extra):
         """Record a verdict; extra fields (statement, ref, derivation, paths) feed the report."""
         if verdict not in VERDICTS:
@@ -134,6 +142,11 @@ class Results:
     def read(cls, path):
         """Results from a results.json file; ResultsError (one line, naming the file) if it cannot be used."""
         return cls.from_json(read_json(path), str(path))
+
+
+def slug(text):
+    """A name as one segment of a check id: runs of anything but letters and digits become one '-'."""
+    return re.sub(r"[^A-Za-z0-9]+", "-", text).strip("-")
 
 
 class ResultsError(ValueError):

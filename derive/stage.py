@@ -10,7 +10,7 @@ from derive import saturation, verdict
 from derive.profile import Profile
 from derive.model import ShapeError
 from derive.prove import PATHS, Outcome, run_path
-from derive.results import Check
+from derive.results import Check, slug
 
 SETTINGS = {False: "unmasked", True: "masked"}
 KILL_CELL = {"disproved": "rejected", "proved": "ACCEPTED", "undecided": "undecided"}
@@ -20,10 +20,6 @@ STATUS = {"proved": "pass", "disproved": "fail", "undecided": "skipped"}  # unde
 def settings(identity):
     """Mask settings an identity is checked in: a claim about causal attention (its mask algebra) only masked."""
     return (True,) if identity.mask_algebra == "causal" else (False, True)
-
-
-def slug(text):
-    return re.sub(r"[^A-Za-z0-9]+", "-", text).strip("-")
 
 
 class DeriveStage:

@@ -14,7 +14,7 @@ import torch
 
 from numeric.api import attention_backward, attention_loss_backward
 from numeric.module import AttentionCore, GeneratedAttention
-from numeric.reference import MASK_KINDS, make_mask, softmax
+from numeric.reference import MASK_KINDS, causal_mask, make_mask, softmax
 
 # float64: 1e-12 (unit roundoff 1.1e-16; softmax + three contractions over n <= 64 lose < 4 digits).
 # float32: 2e-5 (unit roundoff 6e-8; sums over n <= 64 grow the error ~ n u = 4e-6, x5 margin for exp).
@@ -128,7 +128,7 @@ def loss_variant_error(device, seed=3):
     ws = [torch.randn(shape, generator=g, dtype=torch.float64).to(device) * 0.5
           for shape in ((d_x, d_k), (d_x, d_k), (d_x, d_v), (d_v, m))]
     targets = torch.randint(0, m, b + (n,), generator=g).to(device)
-    mask = torch.ones(n, n, dtype=torch.bool, device=device).tril()
+    mask = causal_mask(n, device)
     ours = attention_loss_backward(x, *ws, targets, mask=mask)
     leaves = [t.clone().requires_grad_(True) for t in ws]
     q, k, v = (x @ w for w in leaves[:3])
@@ -151,7 +151,7 @@ def training_matches_autograd(device, steps=3):
     g = torch.Generator().manual_seed(1)
     x = torch.randn(2, 7, 6, generator=g, dtype=torch.float64).to(device)
     target = torch.randn(2, 7, 3, generator=g, dtype=torch.float64).to(device)
-    mask = torch.ones(7, 7, dtype=torch.bool, device=device).tril()
+    mask = causal_mask(7, device)
     opt = torch.optim.SGD(ours.parameters(), lr=0.1)
     ropt = torch.optim.SGD(list(ref.values()), lr=0.1)
     for _ in range(steps):

@@ -22,6 +22,7 @@ import torch
 
 from numeric.api import attention_backward
 from numeric.module import AttentionCore
+from numeric.reference import causal_mask
 
 SIZES = {"default": (64, 256, 1024), "quick": (64, 256)}
 REPEATS = {"default": {64: 60, 256: 20, 1024: 7}, "quick": {64: 20, 256: 5}}
@@ -141,7 +142,7 @@ def _cpu_peak(fn, args):
 
 def _args(n, causal, device, batch, d, dtype):
     """(q, k, v, u, mask, scale) for one benchmark size."""
-    mask = torch.ones(n, n, dtype=torch.bool, device=device).tril() if causal else None
+    mask = causal_mask(n, device) if causal else None
     return (*_inputs(batch, n, d, device, dtype), mask, d ** -0.5)
 
 

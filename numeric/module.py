@@ -14,6 +14,7 @@ from torch import nn
 from numeric import validate
 from numeric.api import attention_forward, default_scale, scores_softmax, sum_batch, sum_to
 from numeric.generated import attention as gen
+from numeric.reference import causal_mask
 
 
 def _grads(q, k, v, alpha, o, grad_o, c, mask, need_dS):
@@ -108,7 +109,7 @@ class GeneratedAttention(nn.Module):
         n = x.shape[-2]
         validate.mask(mask, tuple(x.shape[:-2]) + (n, n), x.dtype, x.device, values=False)
         if self.causal:
-            causal = torch.ones(n, n, dtype=torch.bool, device=x.device).tril()
+            causal = causal_mask(n, x.device)
             if mask is None:
                 mask = causal
             elif mask.dtype == torch.bool:

@@ -22,7 +22,7 @@ from typing import NamedTuple
 
 import torch
 
-from numeric.reference import softmax
+from numeric.reference import causal_mask, softmax
 
 MARGIN = 1e-9  # relative; float64 autograd noise is ~1e-15 of the scale, false claims differ by far more
 DIMS = ("n", "dk", "dv", "m", "dx")
@@ -75,7 +75,7 @@ class World:
         self.scalars = {name: torch.tensor(self._away_from_one(g), dtype=torch.float64, requires_grad=True)
                         for name in ("c", "eta")}
         n = sizes["n"]
-        self.mask = torch.ones(n, n, dtype=torch.bool).tril() if masked else None
+        self.mask = causal_mask(n) if masked else None
         self.q = self._forward()
 
     def _draw(self, name, one_hot, g):

@@ -9,6 +9,11 @@ import torch
 MASK_KINDS = ("none", "causal", "padding", "random", "fully-masked-row", "broadcast")
 
 
+def causal_mask(n, device="cpu"):
+    """The causal mask (n, n), True where query i may attend to key j <= i."""
+    return torch.ones(n, n, dtype=torch.bool, device=device).tril()
+
+
 def softmax(s, mask):
     """Masked softmax over the last axis; a fully masked row is 0, with no NaN in its backward."""
     if mask is None:
@@ -27,7 +32,7 @@ def make_mask(kind, batch, n, g):
     if kind == "none":
         return None
     if kind == "causal":
-        return torch.ones(n, n, dtype=torch.bool).tril()
+        return causal_mask(n)
     if kind == "padding":
         lengths = torch.randint(1, n + 1, batch + (1, 1), generator=g)
         return torch.arange(n).expand(batch + (n, n)) < lengths

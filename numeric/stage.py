@@ -10,7 +10,7 @@ import torch
 
 from derive import claims as registry
 from derive import verdict
-from derive.results import Check
+from derive.results import Check, slug
 from numeric import agreement, bench, identities
 
 
@@ -41,9 +41,8 @@ class NumericStage:
         verdict.assign(self.results, registry.claims())  # every check naming a claim decides its verdict
 
     def _check(self, cid, claim, ok, seconds, measured, expected, kind="numeric", detail=""):
-        self.results.add(Check(cid, "numeric", kind, claim, "pass" if ok else "fail", round(seconds, 4),
-                               measured, expected, detail))
-        self.log(f"  {'PASS' if ok else 'FAIL'} {cid:60} {seconds:7.3f}s  {measured}")
+        self.results.record(Check(cid, "numeric", kind, claim, "pass" if ok else "fail", round(seconds, 4),
+                                  measured, expected, detail), self.log)
         return ok
 
     # -- registry-driven ------------------------------------------------------------------------
@@ -51,12 +50,12 @@ class NumericStage:
         tol = identities.TOL_FLOAT64
         for claim, identity, fn in identities.cases(gen, "identity"):
             if fn is None:
-                self._unemitted(gen, f"numeric/{claim.id}/{_slug(identity.name)}/float64", claim.id, (claim.id, identity.name))
+                self._unemitted(gen, f"numeric/{claim.id}/{slug(identity.name)}/float64", claim.id, (claim.id, identity.name))
                 continue
             t0 = time.perf_counter()
             worst = max(identities.evaluate(fn, identity.level, sizes, batch, mask, self.seed + k)[0]
                         for k, (sizes, batch, mask) in enumerate(IDENTITY_SHAPES[: self.profile.identity_draws]))
-            self._check(f"numeric/{claim.id}/{_slug(identity.name)}/float64", claim.id, worst <= tol,
+            self._check(f"numeric/{claim.id}/{slug(identity.name)}/float64", claim.id, worst <= tol,
                         time.perf_counter() - t0, {"max_rel_error": worst}, {"tolerance": tol},
                         detail="generated derived side (autograd grads) vs generated closed side")
 
@@ -81,8 +80,8 @@ class NumericStage:
 
     def _unemitted(self, gen, cid, claim, key):
         reason = identities.unemitted(gen, key)
-        self.results.add(Check(cid, "numeric", "numeric", claim, "skipped", 0.0, f"not emitted: {reason}", "generated kernel"))
-        self.log(f"  SKIP {cid:60} not emitted: {reason}")
+        self.results.record(Check(cid, "numeric", "numeric", claim, "skipped", 0.0, f"not emitted: {reason}",
+                                  "generated kernel"), self.log)
 
     # -- the public API -------------------------------------------------------------------------------
     def api_agreement(self):
@@ -190,5 +189,3 @@ def generated_module():
     return module
 
 
-def _slug(text):
-    return "".join(ch if ch.isalnum() else "-" for ch in text).strip("-")

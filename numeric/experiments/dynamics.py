@@ -9,6 +9,7 @@ from dataclasses import dataclass
 import torch
 
 from numeric import attention_backward
+from numeric.reference import causal_mask, softmax
 from numeric.experiments.config import positive, positive_ints
 
 
@@ -42,9 +43,6 @@ def _problem(cfg, g, device="cpu"):
     return tuple(t.to(device) for t in (q, k, v, w_o, y))
 
 
-def _causal(n, device):
-    return torch.ones(n, n, dtype=torch.bool, device=device).tril()
-
 
 def _u(q, k, v, w_o, y, mask):
     """u = dL/do for the mean cross-entropy of the readout (C5), by autograd on o only."""
@@ -65,7 +63,7 @@ def advantage_sign_agreement(cfg, device="cpu"):
     cfg.validate()
     g = torch.Generator().manual_seed(cfg.seed)
     q, k, v, w_o, y = _problem(cfg, g, device)
-    mask = _causal(cfg.n, device)
+    mask = causal_mask(cfg.n, device)
     u = _u(q, k, v, w_o, y, mask)
     grads = attention_backward(q, k, v, u, mask=mask)
     alpha, A = grads.alpha, grads.A
@@ -75,8 +73,8 @@ def advantage_sign_agreement(cfg, device="cpu"):
     scale = cfg.d ** -0.5
     s = scale * q @ k.mT
     for h in cfg.step_sizes:
-        a_scores = torch.softmax((s - h * A).masked_fill(~mask, float("-inf")), -1)
-        a_params = torch.softmax((scale * (q - h * grads.dQ) @ (k - h * grads.dK).mT).masked_fill(~mask, float("-inf")), -1)
+        a_scores = softmax(s - h * A, mask)
+        a_params = softmax(scale * (q - h * grads.dQ) @ (k - h * grads.dK).mT, mask)
         for key, new in (("scores", a_scores), ("queries_keys", a_params)):
             agree = (torch.sign(new - alpha) == torch.sign(-A)) & live
             rows[key].append(float(agree.sum() / live.sum()))
@@ -116,7 +114,7 @@ def specialisation(cfg, device="cpu"):
     q, k, v, w_o, y = _problem(cfg, g, device)
     perm = _derangements(cfg.instances, cfg.n, torch.Generator().manual_seed(cfg.seed + 3)).to(device)
     v = v * 0.1
-    mask = _causal(cfg.n, device)
+    mask = causal_mask(cfg.n, device)
     marks = {round(cfg.train_steps * c / (cfg.checkpoints - 1)) for c in range(cfg.checkpoints)}
     out = {"steps": [], "cos_value_signal": [], "cos_value_control": [], "cos_update_signal": [], "loss": []}
     per_instance = []  # (own, control) per checkpoint, each (instances,)

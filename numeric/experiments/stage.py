@@ -92,9 +92,8 @@ class ExperimentStage:
         return job in self.sizes.opt_in and not self.extended
 
     def _check(self, cid, claim, ok, seconds, measured, expected, detail=""):
-        self.results.add(Check(cid, "experiments", "experiment", claim, "pass" if ok else "fail", round(seconds, 3),
-                               measured, expected, detail))
-        self.log(f"  {'PASS' if ok else 'FAIL'} {cid:52} {seconds:8.2f}s")
+        self.results.record(Check(cid, "experiments", "experiment", claim, "pass" if ok else "fail", round(seconds, 3),
+                                  measured, expected, detail), self.log, note=" ")
 
     def _train(self, name, cfg):
         partial = self.cache.key(name, cfg, self.device).with_suffix(".partial")
@@ -322,11 +321,10 @@ class ExperimentStage:
         turns a claim's checks into its verdict. It fails when the rule's measurements are not finite."""
         measured = _plain(measured or {})
         finite = all(math.isfinite(x) for x in _numbers(measured))
-        self.results.add(Check(f"experiments/{cid}/verdict/{label}", "experiments", "rule", cid,
-                               "pass" if finite else "fail", 0.0,
-                               {"verdict": verdict, "reason": reason, "measured": measured, **extra},
-                               {"thresholds": _plain(REGISTRY[cid].thresholds)}, on))
-        self.log(f"  {'RULE' if finite else 'FAIL'} {f'experiments/{cid}/verdict/{label}':52} {verdict}")
+        self.results.record(Check(f"experiments/{cid}/verdict/{label}", "experiments", "rule", cid,
+                                  "pass" if finite else "fail", 0.0,
+                                  {"verdict": verdict, "reason": reason, "measured": measured, **extra},
+                                  {"thresholds": _plain(REGISTRY[cid].thresholds)}, on), self.log, note=verdict)
 
     def _replay_verdicts(self, r):
         """(verdict, reason) per E1-E3 on the authors' streams. A shortened replay (quick profile) checks the
@@ -359,11 +357,10 @@ class ExperimentStage:
         seconds = (time.perf_counter() - t0) / max(1, len(controls))
         for cid, rule in controls.items():
             claim = cid.split("/")[0]
-            self.results.add(Check(f"experiments/negative-control/{cid}", "experiments", "negative-control", claim,
-                                   "pass" if rule.verdict == "not-reproduced" else "fail", round(seconds, 3),
-                                   {"verdict": rule.verdict, "reason": rule.reason}, {"verdict": "not-reproduced"}))
-            self.log(f"  {'PASS' if rule.verdict == 'not-reproduced' else 'FAIL'} "
-                     f"{'experiments/negative-control/' + cid:52} {rule.verdict}")
+            self.results.record(Check(f"experiments/negative-control/{cid}", "experiments", "negative-control", claim,
+                                      "pass" if rule.verdict == "not-reproduced" else "fail", round(seconds, 3),
+                                      {"verdict": rule.verdict, "reason": rule.reason}, {"verdict": "not-reproduced"}),
+                                self.log, note=rule.verdict)
 
     # -- exactness, sweep, speed ----------------------------------------------------------------------
     def exactness(self):

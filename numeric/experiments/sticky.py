@@ -20,6 +20,7 @@ from derive.results import atomic_write
 from numeric.experiments import chain
 from numeric.experiments.config import positive, positive_ints
 from numeric.generated import attention as gen
+from numeric.reference import causal_mask
 
 # Arm -> learning rate per parameter (W_Q, W_K, W_V, W_O) and whether the W_V step is the
 # responsibility-normalised M-step (C10: dV_j / N_j, pulled back to W_V by the chain rule; ours).
@@ -253,7 +254,7 @@ def reference_run(cfg, arm, seed_index, steps, device="cpu", timing=None):
     params = [p.to(device, cfg.torch_dtype).requires_grad_(True) for p in seed_params(cfg, seed)]
     lrs, mstep = ARMS[arm]
     T = x.shape[0]
-    mask = torch.ones(T, T, dtype=torch.bool, device=device).tril()
+    mask = causal_mask(T, device)  # the plain masked softmax below is the authors' form: the speed baseline
     losses = []
     _sync(device)
     t0 = time.perf_counter()
