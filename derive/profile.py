@@ -4,7 +4,7 @@
 validated when it is built: a wrong type, a non-positive size or an unknown key raises ValueError
 naming the field (`Profile.replace` rejects keys the profile does not have). The stages read their
 section (`derive`, `numeric`, `experiments`); nothing else sizes a stage. Execution choices that
-depend on the device (block count, which groups train the M-step arm) are made in `for_device`.
+depend on the device (which groups train the M-step arm, the benchmark's sizes) are made in `for_device`.
 """
 from __future__ import annotations
 
@@ -96,8 +96,8 @@ class NumericSizes:
         _check_ints(self, "api_cases", "identity_draws", "fuzz_claims")
         _check_ints(self, "fuzz_jobs", minimum=0)
         _check_positive(self, "fuzz_budget_s")
-        if self.bench not in ("quick", "default"):
-            raise ValueError(f"NumericSizes.bench must be 'quick' or 'default', got {self.bench!r}")
+        if self.bench not in ("quick", "default", "gpu"):
+            raise ValueError(f"NumericSizes.bench must be 'quick', 'default' or 'gpu', got {self.bench!r}")
 
 
 @dataclass(frozen=True)
@@ -207,13 +207,23 @@ class Profile:
         return dataclasses.replace(self, **{section: dataclasses.replace(part, **changes)})
 
     def for_device(self, device):
-        """Execution choices for a device type ('cpu', 'cuda', ...). On CUDA every fresh group also trains
-        the M-step arm (a GPU has the time). The block count stays the profile's: on CPU 16 query blocks
-        keep each block's alpha tile near the caches (measured: 8-64 blocks within ~10% of each other on
-        2 cores); the same count is used elsewhere until a GPU measurement says otherwise."""
-        if device == "cuda":
-            return self.replace("experiments", mstep_groups=tuple(range(len(self.experiments.fresh))))
-        return self
+        """Execution choices for a device type ('cpu', 'cuda', or a device string such as 'cuda:1').
+
+        On CUDA every fresh group also trains the M-step arm (a GPU has the time) and the default
+        profile's benchmark times the GPU sizes (larger n and batch, CUDA events, several warm-ups). The
+        block count of the sticky trainer stays the profile's everywhere: on this 2-core CPU 8 to 64
+        query blocks are within ~10% of each other (16 chosen); on a GPU the count that avoids being
+        launch-bound is measured by `python -m numeric.gpu_check` (ms per step by block count) and not
+        yet set from a measurement."""
+        if _device_type(device) != "cuda":
+            return self
+        out = self.replace("experiments", mstep_groups=tuple(range(len(self.experiments.fresh))))
+        return out.replace("numeric", bench="gpu") if self.numeric.bench == "default" else out
+
+
+def _device_type(device):
+    """'cuda' for 'cuda' and 'cuda:N' (no torch import here), else the name before any ':'."""
+    return str(device).split(":", 1)[0]
 
 
 QUICK = Profile(

@@ -24,8 +24,10 @@ from numeric.api import attention_backward
 from numeric.module import AttentionCore
 from numeric.reference import causal_mask
 
-SIZES = {"default": (64, 256, 1024), "quick": (64, 256)}
-REPEATS = {"default": {64: 60, 256: 20, 1024: 7}, "quick": {64: 20, 256: 5}}
+SIZES = {"default": (64, 256, 1024), "quick": (64, 256), "gpu": (1024, 2048, 4096)}
+REPEATS = {"default": {64: 60, 256: 20, 1024: 7}, "quick": {64: 20, 256: 5}, "gpu": {1024: 50, 2048: 30, 4096: 20}}
+BATCH = {"default": 8, "quick": 8, "gpu": 32}  # sequences x heads: a GPU is timed where it is busy
+WARMUPS = {"default": 1, "quick": 1, "gpu": 5}  # a GPU's first calls pick kernels and grow the allocator
 
 
 @dataclass
@@ -84,28 +86,44 @@ def run_sdpa(q, k, v, u, mask, scale):
 RUNNERS = {"ours": run_ours, "api": run_api, "autograd": run_autograd, "sdpa": run_sdpa}
 
 
+def _cuda(device):
+    return torch.device(device).type == "cuda"
+
+
 def _sync(device):
-    if device == "cuda":
-        torch.cuda.synchronize()
+    if _cuda(device):
+        torch.cuda.synchronize(device)
 
 
-def time_runs(args, device, repeats):
-    """Median seconds per runner, runners interleaved within each repeat."""
-    times = {name: [] for name in RUNNERS}
-    for fn in RUNNERS.values():  # warm-up
+def _timed(fn, args, device):
+    """Seconds of one call: CUDA events on a GPU (the device's own clock), the wall clock on CPU."""
+    if _cuda(device):
+        start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+        start.record()
         fn(*args)
+        end.record()
+        end.synchronize()
+        return start.elapsed_time(end) / 1e3
+    t0 = time.perf_counter()
+    fn(*args)
+    return time.perf_counter() - t0
+
+
+def time_runs(args, device, repeats, warmups=1):
+    """Median seconds per runner, runners interleaved within each repeat, after `warmups` calls of each."""
+    times = {name: [] for name in RUNNERS}
+    for _ in range(warmups):
+        for fn in RUNNERS.values():
+            fn(*args)
+    _sync(device)
     for _ in range(repeats):
         for name, fn in RUNNERS.items():
-            _sync(device)
-            t0 = time.perf_counter()
-            fn(*args)
-            _sync(device)
-            times[name].append(time.perf_counter() - t0)
+            times[name].append(_timed(fn, args, device))
     return {name: statistics.median(ts) for name, ts in times.items()}
 
 
 def peak_memory_mb(fn, args, device):
-    if device == "cuda":
+    if _cuda(device):
         torch.cuda.synchronize()
         torch.cuda.reset_peak_memory_stats()
         base = torch.cuda.memory_allocated()
@@ -146,19 +164,19 @@ def _args(n, causal, device, batch, d, dtype):
     return (*_inputs(batch, n, d, device, dtype), mask, d ** -0.5)
 
 
-def bench_size(n, causal, device, dtype=torch.float32, batch=8, d=64, repeats=7):
+def bench_size(n, causal, device, dtype=torch.float32, batch=8, d=64, repeats=7, warmups=1):
     args = _args(n, causal, device, batch, d, dtype)
     ref = run_autograd(*args)
     diff = max(float((a - b).abs().max() / b.abs().max()) for name in ("ours", "api", "sdpa")
                for a, b in zip(RUNNERS[name](*args), ref))
-    seconds = time_runs(args, device, repeats)
+    seconds = time_runs(args, device, repeats, warmups)
     return Row(n, causal, device, str(dtype).removeprefix("torch."), batch, d, seconds, {}, "", diff)
 
 
 def measure_memory(row, dtype=torch.float32):
     """Peak memory per runner. On CPU this runs in a child process: fixing malloc's mmap threshold
     (needed for an honest RSS peak) would otherwise slow every later allocation in this process."""
-    if row.device == "cuda":
+    if _cuda(row.device):
         row.peak_mb, row.memory_method = _peaks(row.n, row.causal, row.device, row.batch, row.d, dtype)
         return
     cmd = [sys.executable, "-m", "numeric.bench", "--peak-memory", str(row.n), "--batch", str(row.batch), "--d", str(row.d)]
@@ -177,8 +195,12 @@ def _peaks(n, causal, device, batch, d, dtype=torch.float32):
 
 
 def run(profile="default", device="cpu", threads=1, log=print):
+    """Every size of `profile` ('quick', 'default', or 'gpu': larger n and batch, CUDA events, 5 warm-ups)."""
+    if profile not in SIZES:
+        raise ValueError(f"unknown benchmark profile {profile!r}; choose from {', '.join(SIZES)}")
     torch.set_num_threads(threads)
-    rows = [bench_size(n, causal, device, repeats=REPEATS[profile][n]) for n in SIZES[profile] for causal in (False, True)]
+    rows = [bench_size(n, causal, device, batch=BATCH[profile], repeats=REPEATS[profile][n], warmups=WARMUPS[profile])
+            for n in SIZES[profile] for causal in (False, True)]
     for r in rows:
         measure_memory(r)
         ms = {k: f"{v * 1e3:8.2f}" for k, v in r.seconds.items()}
@@ -207,6 +229,8 @@ def as_benchmarks(rows):
 def main(argv=None):
     p = argparse.ArgumentParser(prog="python -m numeric.bench", description=__doc__.split("\n")[0])
     p.add_argument("--quick", action="store_true")
+    p.add_argument("--profile", choices=tuple(SIZES), help="sizes to time (default: quick with --quick, else default; "
+                                                           "gpu: larger n and batch, CUDA events, 5 warm-ups)")
     p.add_argument("--device", default="cpu", choices=("cpu", "cuda"))
     p.add_argument("--threads", type=int, default=1)
     p.add_argument("--json", help="also write the rows to this file")
@@ -224,7 +248,7 @@ def main(argv=None):
         p.error("--device cuda: CUDA is not available")
     if args.threads < 1:
         p.error("--threads must be >= 1")
-    rows = run("quick" if args.quick else "default", args.device, args.threads)
+    rows = run(args.profile or ("quick" if args.quick else "default"), args.device, args.threads)
     if args.json:
         with open(args.json, "w") as fh:
             json.dump([asdict(r) for r in rows], fh, indent=1)

@@ -24,7 +24,7 @@ class NumericStage:
     def __init__(self, results, profile, device: str, seed: int, log=print):
         """`profile`: a derive.profile.Profile; the stage reads its `numeric` section."""
         self.results = results
-        self.profile = profile.numeric
+        self.profile = profile.for_device(device).numeric
         self.device = device
         self.seed = seed
         self.log = log

@@ -25,3 +25,14 @@ def test_cli_rejects_bad_arguments(capsys):
     with pytest.raises(SystemExit) as exc:
         bench.main(["--threads", "0"])
     assert exc.value.code == 2
+
+
+def test_gpu_profile_is_larger_and_warmed_up_several_times():
+    from numeric import bench
+
+    assert min(bench.SIZES["gpu"]) > max(bench.SIZES["default"]) // 2 and bench.BATCH["gpu"] > bench.BATCH["default"]
+    assert bench.WARMUPS["gpu"] >= 3 and set(bench.REPEATS["gpu"]) == set(bench.SIZES["gpu"])
+    import pytest
+
+    with pytest.raises(ValueError, match="unknown benchmark profile"):
+        bench.run("huge")

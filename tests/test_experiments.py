@@ -136,6 +136,15 @@ def test_default_profile_runs_twenty_fresh_seeds_with_the_papers_first(device):
     assert set(sizes.opt_in) == {"typicality", "sweep"}
 
 
+def test_device_choices_follow_the_device_type():
+    from derive.profile import DEFAULT, QUICK
+
+    for device in ("cuda", "cuda:1"):
+        assert DEFAULT.for_device(device).numeric.bench == "gpu" and QUICK.for_device(device).numeric.bench == "quick"
+        assert DEFAULT.for_device(device).experiments.mstep_groups == (0, 1, 2, 3)
+    assert DEFAULT.for_device("cpu") is DEFAULT and DEFAULT.for_device("meta") is DEFAULT
+
+
 def test_profiles_are_validated_and_reject_unknown_keys():
     from derive.profile import DEFAULT, QUICK, FreshGroup
 

@@ -59,7 +59,7 @@ class ExperimentStage:
         are read when present. `threads`: torch threads for the stage (default: see `thread_count`)."""
         profile = profiles.get(profile) if isinstance(profile, str) else profile
         self.results, self.device, self.seed, self.log = results, device, seed, log
-        self.profile = profile.for_device(torch.device(device).type)
+        self.profile = profile.for_device(device)
         self.sizes = self.profile.experiments
         self.extended, self.threads = extended, threads
         self.cfgs = configs(self.sizes)
