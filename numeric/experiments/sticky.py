@@ -39,7 +39,7 @@ STREAMS = ("ours", "authors")
 
 @dataclass(frozen=True)
 class StickyConfig:
-    """The authors' settings by default; `quick()` shrinks sizes, not code paths."""
+    """The authors' settings by default; the profiles (derive.profile) shrink sizes, not code paths."""
 
     length: int = 2000
     steps: int = 1000
