@@ -26,10 +26,8 @@ from derive import profile as profiles
 from derive.stage import DeriveStage
 
 STAGES = ("derive", "codegen", "numeric", "experiments", "report")
-# results.json `derive` entries written by a stage other than derive, and kill-matrix columns likewise
+# results.json `derive` entries written by a stage other than derive (the kill matrix is computed from checks)
 DERIVE_KEYS = {"fuzz": "numeric"}
-KILL_COLUMNS = {"numeric": "numeric"}
-KILL_META = ("claim", "description")
 
 
 class UsageError(Exception):
@@ -204,8 +202,8 @@ def stage_status(checks):
 def merge(previous, fresh, ran, only_claims):
     """`fresh` (this invocation's stages `ran`) merged into `previous` (DIR/results.json): the checks, benchmarks,
     experiments and derive entries of the stages that ran replace theirs; every other stage's are kept. Under
-    --claim the derive stage reruns only the named claims, so only their derive checks and kill-matrix rows
-    are replaced. Claim verdicts are recomputed afterwards (`recompute_verdicts`)."""
+    --claim the derive stage reruns only the named claims, so only their derive checks are replaced (the kill
+    matrix follows: it is computed from the checks). Claim verdicts are recomputed afterwards (`recompute_verdicts`)."""
     ran = set(ran)
 
     def rerun(stage, claim=None):
@@ -227,13 +225,9 @@ def merge(previous, fresh, ran, only_claims):
         owner = DERIVE_KEYS.get(key, "derive")
         # an entry of a stage that reran is replaced, or dropped if that run did not write it; a derive run
         # restricted by --claim does not write every entry (engine mutants), so what it did not write is kept
-        if key != "kill_matrix" and (owner not in ran or (key not in fresh.derive and owner == "derive" and only_claims)):
+        if owner not in ran or (key not in fresh.derive and owner == "derive" and only_claims):
             derive[key] = value
-    derive.update({k: v for k, v in fresh.derive.items() if k != "kill_matrix"})
-    kill = _merge_kill(previous.derive.get("kill_matrix", {}), fresh.derive.get("kill_matrix", {}), rerun)
-    if kill or "kill_matrix" in previous.derive or "kill_matrix" in fresh.derive:
-        derive["kill_matrix"] = kill
-
+    derive.update(fresh.derive)  # the kill matrix is not kept: Results computes it from the merged checks
     claims = dict(previous.claims)
     if "experiments" in ran:  # the experiment stage's claims (E*) are its own: replaced whole
         claims = {cid: c for cid, c in claims.items() if _analytic_entry(cid, c)}
@@ -247,20 +241,6 @@ def merge(previous, fresh, ran, only_claims):
             info.update(status=stage_status(mine), checks=len(mine))
     env = dict(fresh.environment)
     return Results(env, checks, claims, benchmarks, experiments, derive, stages, catalogue=fresh.catalogue)
-
-
-def _merge_kill(old, new, rerun):
-    """Kill-matrix rows merged column by column: a column is replaced where its stage reran for the row's claim."""
-    out = {}
-    for mid in [*old, *(m for m in new if m not in old)]:
-        row = {}
-        for col, value in old.get(mid, {}).items():
-            if col in KILL_META or not rerun(KILL_COLUMNS.get(col, "derive"), old[mid].get("claim")):
-                row[col] = value
-        row.update(new.get(mid, {}))
-        if set(row) - set(KILL_META):
-            out[mid] = row
-    return out
 
 
 def _analytic_entry(cid, claim):

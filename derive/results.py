@@ -92,6 +92,14 @@ class Results:
             if facts.get(key):
                 self.claims[cid].setdefault(key, facts[key])
 
+    def derive_entries(self):
+        """The `derive` entries, with the kill matrix computed from the checks (derive.verdict.kill_matrix)."""
+        from derive.verdict import kill_matrix
+
+        out = {k: v for k, v in self.derive.items() if k != "kill_matrix"}
+        kill = kill_matrix(self.checks)
+        return {**out, "kill_matrix": kill} if kill else out
+
     def inconsistencies(self):
         """Every place one proof path proved what another disproved with a witness."""
         return [{"claim": cid, **x} for cid, c in self.claims.items() for x in c.get("inconsistencies", [])]
@@ -113,7 +121,7 @@ class Results:
             "inconsistencies": self.inconsistencies(),
             "benchmarks": self.benchmarks,
             "experiments": self.experiments,
-            "derive": self.derive,
+            "derive": self.derive_entries(),
         }
 
     def write(self, out_dir):

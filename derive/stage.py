@@ -7,13 +7,13 @@ from fractions import Fraction
 
 from derive import claims as registry
 from derive import saturation, verdict
+from derive.verdict import KILL_CELL
 from derive.profile import Profile
 from derive.model import ShapeError
 from derive.prove import PATHS, Outcome, run_path
 from derive.results import Check, slug
 
 SETTINGS = {False: "unmasked", True: "masked"}
-KILL_CELL = {"disproved": "rejected", "proved": "ACCEPTED", "undecided": "undecided"}
 STATUS = {"proved": "pass", "disproved": "fail", "undecided": "skipped"}  # undecided: the claim's verdict says why
 
 
@@ -30,7 +30,6 @@ class DeriveStage:
         self.seed = seed
         self.log = log
         self.only = only_claims
-        self.kill = {}
         self.per_size = []
 
     def options(self):
@@ -48,7 +47,6 @@ class DeriveStage:
         from derive.rational import BOUND
 
         self.results.derive["rational_bound"] = BOUND
-        self.results.derive["kill_matrix"] = self.kill
         self.results.derive["paths"] = list(PATHS) + ["adversarial"]
         self.results.derive["fixed_size_timings"] = self.per_size
         self.benchmark(selected)
@@ -145,7 +143,6 @@ class DeriveStage:
     # -- negative controls ---------------------------------------------------------------------------
     def attack(self, claim):
         for mutant in claim.mutants:
-            self.kill[mutant.id] = {"claim": claim.id, "description": mutant.description}
             if mutant.constant is not None:
                 self._attack_constant(claim, mutant)
                 continue
@@ -154,11 +151,8 @@ class DeriveStage:
             for path in PATHS:
                 out = self._run(path, identity, True, f"{claim.id} mutant {mutant.id}", opts, mutant.derived, mutant.closed)
                 self._record_kill(claim, mutant, path, out.status, out.seconds, out.measured)
-            self.kill[mutant.id]["adversarial"] = "n/a"
 
     def _attack_constant(self, claim, mutant):
-        for path in PATHS:
-            self.kill[mutant.id][path] = "n/a"
         t0 = time.perf_counter()
         search = saturation.adversarial_search(mutant.constant, restarts=self.profile.search_restarts, seed=self.seed)
         rejected = search.sup_ratio > 1.0
@@ -168,7 +162,6 @@ class DeriveStage:
     def _record_kill(self, claim, mutant, path, outcome, seconds, measured):
         """A negative control passes only when the path disproved the wrong formula (undecided does not)."""
         cell = KILL_CELL[outcome]
-        self.kill[mutant.id][path] = cell
         cid = f"derive/{mutant.id}/{path}"
         self.results.add(Check(cid, "derive", "negative-control", claim.id, "pass" if outcome == "disproved" else "fail",
                                round(seconds, 4), measured, "rejected", detail=mutant.description, path=path,

@@ -26,6 +26,8 @@ from __future__ import annotations
 from collections import defaultdict
 
 PATH_ORDER = ("general", "fixed", "rational")
+KILL_CELL = {"disproved": "rejected", "proved": "ACCEPTED", "undecided": "undecided"}
+MUTANT_COLUMNS = ("general", "fixed", "rational", "adversarial")  # where a mutant is attacked in the derive stage
 
 
 def _is_path_proof(check):
@@ -158,3 +160,29 @@ def assign_empirical(results, ids):
             v = empirical(by_claim[cid])
             verdicts = v.pop("verdicts")
             results.set_claim(cid, v.pop("verdict"), v.pop("evidence"), **({"verdicts": verdicts} if verdicts else {}), **v)
+
+
+def kill_matrix(checks):
+    """{mutant id: {claim, description, column: cell}}: every mutant against every place it is attacked, as a
+    pure function of the checks (`derive/<mutant>/<path>` and `numeric/<mutant>`). A cell is `rejected`,
+    `ACCEPTED`, `undecided`, or `n/a` where the mutant is not attacked (a bound constant has no closed form
+    for the paths or the generated code; a closed form is not searched adversarially)."""
+    rows = {}
+    for c in checks:
+        if not c.claim or c.kind != "negative-control":
+            continue
+        if c.stage == "derive" and c.path and c.id.endswith("/" + c.path):  # derive/<mutant id>/<path>
+            mid, column, cell = c.id[len("derive/"):-len(c.path) - 1], c.path, KILL_CELL.get(c.outcome, "undecided")
+        elif c.stage == "numeric":  # numeric/<mutant id> (a mutant id may itself contain '/')
+            mid, column = c.id[len("numeric/"):], "numeric"
+            cell = "n/a" if c.status == "skipped" else "rejected" if c.status == "pass" else "ACCEPTED"
+        else:
+            continue
+        row = rows.setdefault(mid, {"claim": c.claim, "description": c.detail})
+        row["description"] = row["description"] or c.detail
+        row[column] = cell
+    for row in rows.values():
+        if any(k in row for k in MUTANT_COLUMNS):
+            for k in MUTANT_COLUMNS:
+                row.setdefault(k, "n/a")
+    return rows

@@ -9,7 +9,6 @@ import types
 import torch
 
 from derive import claims as registry
-from derive import verdict
 from derive.results import Check, slug
 from numeric import agreement, bench, identities
 
@@ -38,7 +37,6 @@ class NumericStage:
         self.special_cases()
         self.benchmarks()
         self.fuzz()
-        verdict.assign(self.results, registry.claims())  # every check naming a claim decides its verdict
 
     def _check(self, cid, claim, ok, seconds, measured, expected, kind="numeric", detail=""):
         self.results.record(Check(cid, "numeric", kind, claim, "pass" if ok else "fail", round(seconds, 4),
@@ -60,28 +58,22 @@ class NumericStage:
                         detail="generated derived side (autograd grads) vs generated closed side")
 
     def mutants(self, gen):
-        kill = self.results.derive.setdefault("kill_matrix", {})
         sizes, batch, mask = IDENTITY_SHAPES[0]
         for mutant, identity, fn in identities.cases(gen, "mutant"):
             if fn is None:
-                self._unemitted(gen, f"numeric/{mutant.id}", mutant.claim, mutant.id)
+                self._unemitted(gen, f"numeric/{mutant.id}", mutant.claim, mutant.id, "negative-control", mutant.description)
                 continue
             t0 = time.perf_counter()
             err = identities.evaluate(fn, identity.level, sizes, batch, mask, self.seed)[0]
             rejected = err > identities.TOL_FLOAT64
-            row = kill.setdefault(mutant.id, {"claim": mutant.claim, "description": mutant.description})
-            row["numeric"] = "rejected" if rejected else "ACCEPTED"
             self._check(f"numeric/{mutant.id}", mutant.claim, rejected, time.perf_counter() - t0,
                         {"max_rel_error": err}, {"rejected_if_above": identities.TOL_FLOAT64}, kind="negative-control",
                         detail=mutant.description)
-        for m in registry.mutants():
-            if m.constant is not None:
-                kill.setdefault(m.id, {"claim": m.claim, "description": m.description})["numeric"] = "n/a"
 
-    def _unemitted(self, gen, cid, claim, key):
+    def _unemitted(self, gen, cid, claim, key, kind="numeric", detail=""):
         reason = identities.unemitted(gen, key)
-        self.results.record(Check(cid, "numeric", "numeric", claim, "skipped", 0.0, f"not emitted: {reason}",
-                                  "generated kernel"), self.log)
+        self.results.record(Check(cid, "numeric", kind, claim, "skipped", 0.0, f"not emitted: {reason}",
+                                  "generated kernel", detail), self.log)
 
     # -- the public API -------------------------------------------------------------------------------
     def api_agreement(self):

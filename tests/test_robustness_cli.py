@@ -78,8 +78,10 @@ def hand_written(out_dir):
     r.add(_rule("E2", "not-reproduced", "kept too"))
     r.experiments["sticky_markov"] = {"speedup": 2.0}
     r.benchmarks += [{"name": "derive/general-path-total", "ours_s": 1.0}, {"name": "experiments/x", "ours_s": 2.0}]
-    r.derive.update(kill_matrix={"M1": {"claim": "C1", "description": "d", "general": "rejected", "numeric": "rejected"}},
-                    fuzz={"claims": 3}, paths=["general"])
+    r.add(Check("derive/M1/general", "derive", "negative-control", "C1", "pass", 0.01, "", "rejected", "d",
+                path="general", outcome="disproved"))
+    r.add(Check("numeric/M1", "numeric", "negative-control", "C1", "pass", 0.01, {}, {}, "d"))
+    r.derive.update(fuzz={"claims": 3}, paths=["general"])
     for stage in ("derive", "numeric", "codegen", "experiments"):
         r.stages[stage] = {"status": "pass", "seconds": 1.0, "checks": 1}
     r.write(out_dir)

@@ -107,3 +107,33 @@ def test_a_path_contradicting_another_is_reported_loudly():
     assert {(x["proved_by"], x["disproved_by"]) for x in results.inconsistencies()} >= {("rational", "general")}
     assert "INTERNAL INCONSISTENCY in claim Z1" in summary(results, {"Z1"})
     assert open_verdicts(results, [wrong]) == ["Z1"]
+
+
+def test_kill_matrix_is_a_function_of_the_checks():
+    from derive.results import Check, Results
+    from derive.verdict import kill_matrix
+
+    checks = [Check("derive/M1/general", "derive", "negative-control", "C1", "pass", 0.0, "", "rejected", "drop",
+                    path="general", outcome="disproved"),
+              Check("derive/M1/fixed", "derive", "negative-control", "C1", "fail", 0.0, "", "rejected", "drop",
+                    path="fixed", outcome="undecided"),
+              Check("derive/M15/adversarial", "derive", "negative-control", "C9", "pass", 0.0, "", "rejected", "3.5",
+                    path="adversarial", outcome="disproved"),
+              Check("numeric/M1", "numeric", "negative-control", "C1", "fail", 0.0, {}, {}, "drop"),
+              Check("numeric/M15", "numeric", "negative-control", "C9", "skipped", 0.0, "not emitted", ""),
+              Check("derive/M10-lose-1/T/general", "derive", "negative-control", "C6", "pass", 0.0, "", "", "1/T",
+                    path="general", outcome="disproved"),
+              Check("numeric/X7/jacobian/float64", "numeric", "numeric", "X7", "skipped", 0.0, "not emitted", ""),
+              Check("numeric/claim-fuzzer", "numeric", "negative-control", "", "pass", 0.0),
+              Check("derive/C1/main/general/masked", "derive", "proof", "C1", "pass", 0.0, path="general",
+                    outcome="proved")]
+    km = kill_matrix(checks)
+    assert km == {"M1": {"claim": "C1", "description": "drop", "general": "rejected", "fixed": "undecided",
+                         "rational": "n/a", "adversarial": "n/a", "numeric": "ACCEPTED"},
+                  "M15": {"claim": "C9", "description": "3.5", "adversarial": "rejected", "general": "n/a",
+                          "fixed": "n/a", "rational": "n/a", "numeric": "n/a"},
+                  "M10-lose-1/T": {"claim": "C6", "description": "1/T", "general": "rejected", "fixed": "n/a",
+                                   "rational": "n/a", "adversarial": "n/a"}}
+    r = Results({}, checks)
+    r.derive["kill_matrix"] = {"stale": {"claim": "C1"}}  # a stored matrix never outlives the checks
+    assert r.to_json()["derive"]["kill_matrix"] == km
