@@ -49,10 +49,13 @@ def autograd_grads(fn, level, leaves, mask, scale):
     return {f"grad_{w}": (g if g is not None else torch.zeros_like(params[w])) for w, g in zip(wanted, grads)}
 
 
-def evaluate(fn, level, sizes, batch, mask_kind, seed):
-    """(relative error, scale) of derived vs closed for one random draw."""
+def evaluate(fn, level, sizes, batch, mask_kind, seed, device="cpu"):
+    """(relative error, scale) of derived vs closed for one random draw, computed on `device` (drawn on a
+    CPU generator and moved, so every device checks the same numbers)."""
     g = torch.Generator().manual_seed(seed)
     leaves, scalars, mask = draw_inputs(fn, level, sizes, batch, mask_kind, g)
+    leaves = {k: v.to(device) for k, v in leaves.items()}
+    mask = mask.to(device) if mask is not None else None
     scale = scalars.get("scale", 1.0)
     grads = autograd_grads(fn, level, leaves, mask, scale)
     args = {}
@@ -60,7 +63,8 @@ def evaluate(fn, level, sizes, batch, mask_kind, seed):
         if name.startswith("grad_"):
             args[name] = grads[name]
         elif name == "mask":
-            args[name] = (mask if mask is not None else torch.ones(sizes["n"], sizes["n"], dtype=torch.bool)).double()
+            args[name] = (mask if mask is not None else torch.ones(sizes["n"], sizes["n"], dtype=torch.bool,
+                                                                   device=device)).double()
         elif name in scalars:
             args[name] = scalars[name]
         else:

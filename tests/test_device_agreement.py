@@ -57,3 +57,16 @@ def test_simulations_and_wind_tunnel_agree_with_the_cpu(device):
     assert max(abs(x - y) for x, y in zip(c_cpu, c_dev)) <= 1e-10
     assert next(m_dev.parameters()).device.type == torch.device(device).type
     assert abs(windtunnel.evaluate(tcfg, m_cpu)["kl_bits"] - windtunnel.evaluate(tcfg, m_dev)["kl_bits"]) <= 1e-10
+
+
+@pytest.mark.parametrize("device", DEVICES)
+def test_identity_checks_run_on_the_device_with_the_cpus_numbers(device):
+    from numeric import identities
+    from numeric.generated import attention as gen
+    from numeric.stage import IDENTITY_SHAPES
+
+    sizes, batch, mask = IDENTITY_SHAPES[0]
+    for claim, identity, fn in identities.cases(gen, "identity"):
+        cpu = identities.evaluate(fn, identity.level, sizes, batch, mask, 3, "cpu")
+        dev = identities.evaluate(fn, identity.level, sizes, batch, mask, 3, device)
+        assert dev[0] <= identities.TOL_FLOAT64 and abs(dev[1] - cpu[1]) <= 1e-10 * max(1.0, cpu[1]), (claim.id, identity.name)
