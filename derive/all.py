@@ -34,11 +34,18 @@ class UsageError(Exception):
     pass
 
 
+def _device(text):
+    if text in ("auto", "cpu", "cuda") or (text.startswith("cuda:") and text[5:].isdigit()):
+        return text
+    raise argparse.ArgumentTypeError(f"expected auto, cpu, cuda or cuda:N, got {text!r}")
+
+
 def parse_args(argv):
     p = argparse.ArgumentParser(prog="python -m derive.all", description=__doc__.split("\n")[0])
     p.add_argument("--quick", action="store_true", help="CPU-CI profile: small sizes, few points")
     p.add_argument("--out", default="out", help="output directory (default: out)")
-    p.add_argument("--device", default="auto", choices=("auto", "cpu", "cuda"), help="torch device for numeric stages")
+    p.add_argument("--device", default="auto", type=_device, metavar="auto|cpu|cuda[:N]",
+                   help="torch device of the numeric and experiments stages (default auto: CUDA when torch sees one)")
     p.add_argument("--only", default=",".join(STAGES), help=f"comma-separated stages among {','.join(STAGES)}")
     p.add_argument("--seed", type=int, default=0, help="seed for every random choice (default 0)")
     p.add_argument("--claims", action="append", default=[], metavar="FILE",

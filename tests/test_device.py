@@ -45,3 +45,12 @@ def test_cli_records_device_reason_and_precision(tmp_path):
     assert env["device"] == "cpu" and env["device_reason"] == "no torch stage runs"
     torch_env = cli.torch_environment("cpu")  # what a run with a torch stage adds
     assert torch_env["precision"]["cuda_matmul_allow_tf32"] is False and torch_env["device_type"] == "cpu"
+
+
+def test_cli_device_accepts_an_indexed_cuda_device_and_rejects_others(capsys):
+    from derive import all as cli
+
+    assert cli.parse_args(["--device", "cuda:1"]).device == "cuda:1"
+    with pytest.raises(SystemExit) as exc:
+        cli.parse_args(["--device", "gpu"])
+    assert exc.value.code == 2 and "expected auto, cpu, cuda or cuda:N" in capsys.readouterr().err
