@@ -1,11 +1,14 @@
 """`python -m derive.all`: run the pipeline's stages, write results.json, exit 0 iff all checks pass.
 
-    python -m derive.all [--quick] [--out DIR] [--device auto|cpu|cuda] [--only STAGE[,STAGE]]
-                         [--seed N] [--claims FILE]... [--claim ID[,ID]] [--threads N]
+    python -m derive.all [--quick] [--out DIR] [--device auto|cpu|cuda[:N]] [--only STAGE[,STAGE]]
+                         [--seed N] [--claims FILE]... [--claim ID[,ID]] [--threads N] [--extended]
 
 A run merges into an existing DIR/results.json: the checks of the stages it runs replace theirs, every
 other stage's checks are kept, and each analytic claim's verdict is recomputed from the merged checks.
 `--only report` re-renders the report from DIR/results.json and leaves that file as it is.
+
+This module is the only one that imports across packages upward (derive -> numeric, reports): it runs every
+stage and joins the two claim registries; below it, numeric and reports import derive, never the reverse.
 
 Exit status: 0 every check in DIR/results.json passed (skipped stages do not fail a run), 1 a check
 failed, 2 bad usage (including an --out that cannot be written and a results.json that cannot be read).

@@ -140,12 +140,12 @@ class NumericStage:
     # -- the proof paths against an independent oracle ------------------------------------------------
     def fuzz(self):
         """Random true and false identities through every proof path; any false verdict fails the run."""
-        from derive import fuzz
+        from numeric import fuzz
 
         t0 = time.perf_counter()
         jobs = self.profile.fuzz_jobs or os.cpu_count() or 1  # worker processes start in ~2 s each
         summary = fuzz.run(self.profile.fuzz_claims, self.seed, jobs=jobs, log=self.log, budget_s=self.profile.fuzz_budget_s)
-        summary.pop("rows", None)  # every claim's outcome: `python -m derive.fuzz --out FILE` keeps them
+        summary.pop("rows", None)  # every claim's outcome: `python -m numeric.fuzz --out FILE` keeps them
         self.results.derive["fuzz"] = summary
         wrong = summary["false_verdicts"]
         self._check("numeric/claim-fuzzer", "", not wrong, time.perf_counter() - t0,

@@ -5,6 +5,7 @@ import time
 import pytest
 
 from derive import fuzz
+from numeric import fuzz as runner
 from derive.fuzz import Claim, dgrad, mul, q
 from numeric import oracle
 
@@ -29,20 +30,20 @@ def test_generation_is_deterministic_and_well_formed():
 
 def test_quick_run_has_no_false_verdict():
     t0 = time.perf_counter()
-    summary = fuzz.run(n=12, seed=0, paths=fuzz.PATHS, jobs=1, log=lambda line: None, budget_s=5.0)
+    summary = runner.run(n=12, seed=0, paths=runner.PATHS, jobs=1, log=lambda line: None, budget_s=5.0)
     seconds = time.perf_counter() - t0
     assert summary["false_verdicts"] == [], json.dumps(summary["false_verdicts"], indent=1)
     assert summary["cases_true"] > 0 and summary["cases_false"] > 0, summary
     assert summary["ill_formed"] == 0
     assert summary["largest_true_gap"] < 1e-12 and summary["closest_false_gap"] > 1e3 * oracle.MARGIN, summary
-    assert set(summary["paths"]) == set(fuzz.PATHS)
+    assert set(summary["paths"]) == set(runner.PATHS)
     assert sum(f["claims"] for f in summary["families"].values()) == summary["claims"]
     assert seconds <= 60, f"quick fuzz run took {seconds:.1f} s"
 
 
 def test_cli_writes_json_and_exit_status(tmp_path):
     out = tmp_path / "fuzz.json"
-    assert fuzz.main(["--n", "2", "--jobs", "1", "--paths", "general", "--out", str(out)]) == 0
+    assert runner.main(["--n", "2", "--jobs", "1", "--paths", "general", "--out", str(out)]) == 0
     written = json.loads(out.read_text())
     assert written["claims"] == 2 and list(written["paths"]) == ["general"]
 
@@ -55,6 +56,20 @@ def test_a_path_that_proves_everything_is_caught(monkeypatch, tmp_path):
 
     monkeypatch.setattr("derive.prove.run_path", lambda *args, **kwargs: Proved())
     out = tmp_path / "fuzz.json"
-    assert fuzz.main(["--n", "6", "--jobs", "1", "--paths", "general", "--out", str(out)]) == 1
+    assert runner.main(["--n", "6", "--jobs", "1", "--paths", "general", "--out", str(out)]) == 1
     verdicts = json.loads(out.read_text())["false_verdicts"]
     assert verdicts and all(v["verdict"] == "proved" and v["truth"] == "false" for v in verdicts)
+
+
+def test_fuzzer_command_line_runs_as_a_module(tmp_path):
+    import json
+    import subprocess
+    import sys
+    from pathlib import Path
+
+    out = tmp_path / "fuzz.json"
+    p = subprocess.run([sys.executable, "-m", "numeric.fuzz", "--n", "2", "--jobs", "1", "--paths", "general",
+                        "--out", str(out)], cwd=Path(__file__).resolve().parents[1], capture_output=True, text=True,
+                       timeout=300)
+    assert p.returncode == 0, p.stderr[-2000:]
+    assert json.loads(out.read_text())["claims"] == 2 and "general" in p.stdout

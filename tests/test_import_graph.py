@@ -12,7 +12,6 @@ LAYERS = ("derive", "numeric", "reports")  # each may import the ones before it
 # Modules of a lower layer allowed to import a higher one, and why.
 UPWARD = {
     "derive.all": "the command line runs every stage",
-    "derive.fuzz.runner": "the claim fuzzer labels claims with the torch oracle numeric.oracle",
 }
 
 

@@ -1,8 +1,9 @@
 """Claim fuzzer: random identities of the model's algebra, labelled by an independent float64 oracle
-(`numeric.oracle`), sent through every proof path. A path that proves a false identity or disproves a
-true one gives a FALSE VERDICT; `undecided` is allowed and counted.
+(`numeric.oracle`), sent through every proof path by `numeric.fuzz`. A path that proves a false identity or
+disproves a true one gives a FALSE VERDICT; `undecided` is allowed and counted. This package generates
+the claims and never imports torch; the runner and its command line live above it:
 
-    python -m derive.fuzz [--n N] [--seed S] [--paths general,fixed,rational] [--out FILE] [--jobs J]
+    python -m numeric.fuzz [--n N] [--seed S] [--paths general,fixed,rational] [--out FILE] [--jobs J]
 
 A claim is two terms of a small grammar (the dataclasses of `derive.fuzz.grammar`). Each term has two interpretations:
 `model_eval` over `derive.model.AttentionModel` (what the proof paths see) and
@@ -15,6 +16,5 @@ side, sums over the wrong index, the paper's own mutants). The oracle, not the i
 
 from derive.fuzz.generate import generate, problems
 from derive.fuzz.grammar import Claim, dgrad, grad, leaf, mul, q
-from derive.fuzz.runner import BUDGET_S, PATHS, main, run, run_one
 
-__all__ = ["BUDGET_S", "PATHS", "Claim", "dgrad", "generate", "grad", "leaf", "main", "mul", "problems", "q", "run", "run_one"]
+__all__ = ["Claim", "dgrad", "generate", "grad", "leaf", "mul", "problems", "q"]

@@ -1,4 +1,8 @@
-"""Running the proof paths against the oracle, summarising, and the command line."""
+"""The claim fuzzer's runner: random claims (derive.fuzz) through every proof path, labelled by the float64
+oracle (numeric.oracle); summaries and the command line.
+
+    python -m numeric.fuzz [--n N] [--seed S] [--paths general,fixed,rational] [--out FILE] [--jobs J] [--budget S]
+"""
 from __future__ import annotations
 
 import argparse
@@ -190,7 +194,7 @@ def _pct(x):
 
 
 def main(argv=None):
-    ap = argparse.ArgumentParser(prog="python -m derive.fuzz", description=__doc__.splitlines()[0])
+    ap = argparse.ArgumentParser(prog="python -m numeric.fuzz", description=__doc__.splitlines()[0])
     ap.add_argument("--n", type=int, default=2000, help="number of claims (default 2000)")
     ap.add_argument("--seed", type=int, default=0)
     ap.add_argument("--paths", default=",".join(PATHS), help="comma-separated subset of " + ",".join(PATHS))
@@ -207,3 +211,9 @@ def main(argv=None):
         with open(args.out, "w") as fh:
             json.dump(summary, fh, indent=1)
     return 1 if summary["false_verdicts"] else 0
+
+
+if __name__ == "__main__":
+    import sys
+
+    sys.exit(main())
