@@ -138,7 +138,7 @@ class ExperimentStage:
             data.update(sgd_final_loss=float(sgd[:, -1].mean()), em_like_final_loss=float(em[:, -1].mean()),
                         arms={a: {"final_loss_per_seed": L[i, :, -1].tolist(),
                                   "final_entropy_per_seed": ev["entropy"][i].tolist(),
-                                  "accuracy_per_seed": ev["accuracy"][i].tolist(), "curve": _curve(run.losses[i])}
+                                  "accuracy_per_seed": ev["accuracy"][i].tolist(), "curve": st.curve(run.losses[i])}
                               for i, a in enumerate(cfg.arms)})
         self.data["sticky_replay"] = data
         self._check("experiments/sticky/replay", "E1", cmp["ok"], time.perf_counter() - t0,
@@ -228,7 +228,7 @@ class ExperimentStage:
                 "heldout_entropy": float(held["entropy"].mean()), "heldout_accuracy": float(held["accuracy"].mean()),
                 "kl_to_bayes_bits": float(ev["kl_bits"].mean()), "heldout_kl_to_bayes_bits": float(held["kl_bits"].mean()),
                 "final_loss_ci95": st.mean_ci(L[:, -1].numpy())[1],
-                "curve": _curve(L),
+                "curve": st.curve(L),
             }
         sgd, _, _, seeds = self._arm("sgd")
         em = self._arm("em_like")[0]
@@ -240,14 +240,14 @@ class ExperimentStage:
                     for k in groups[0][2]["bayes"]}
 
         out = {"h_min": chain.conditional_entropy(chain.transition_matrix(cfg0.symbols, cfg0.self_prob, cfg0.off_mass)),
-               **self._arm_comparison(sgd, em, cfg0.steps), "seeds": seeds, "steps": cfg0.steps,
+               **st.arm_comparison(sgd, em, cfg0.steps, self.seed), "seeds": seeds, "steps": cfg0.steps,
                "length": cfg0.length, "train_seconds": sum(g[4] for g in groups),
                "groups": [{"mu_rng": g[0].mu_rng, "mu_seed": g[0].mu_seed, "seeds": list(g[0].seeds),
                            "arms": list(g[0].arms), "train_seconds": g[4]} for g in groups],
                "bayes_floor": floor(2), "bayes_floor_heldout": floor(3), "arms": arms, "paper": STICKY_FIGURES}
         paper = [seeds.index(s) for s in profiles.PAPER_SEEDS if s in seeds]
         if paper and len(paper) < len(seeds):  # the authors' five seeds alone (our streams), beside the full set
-            out["paper_seeds"] = {"seeds": [seeds[i] for i in paper], **self._arm_comparison(sgd[paper], em[paper], cfg0.steps),
+            out["paper_seeds"] = {"seeds": [seeds[i] for i in paper], **st.arm_comparison(sgd[paper], em[paper], cfg0.steps, self.seed),
                                   "sgd_final_loss": float(sgd[paper, -1].mean()),
                                   "em_like_final_loss": float(em[paper, -1].mean())}
         if "em_mstep" in arms:  # same seed = same data and initial weights
@@ -266,20 +266,13 @@ class ExperimentStage:
             sgd, em = L[cfg.arms.index("sgd")], L[cfg.arms.index("em_like")]
             out.append({"mu_rng": cfg.mu_rng, "mu_seed": cfg.mu_seed, "seeds": list(cfg.seeds),
                         "sgd_final_loss": float(sgd[:, -1].mean()), "em_like_final_loss": float(em[:, -1].mean()),
-                        **self._arm_comparison(sgd, em, cfg.steps)})
+                        **st.arm_comparison(sgd, em, cfg.steps, self.seed)})
         speedups = [d["speedup"] for d in out]
         return {"seeds_per_draw": [len(d["seeds"]) for d in out], "draws": out, "speedup_mean": float(np.mean(speedups)),
                 "speedup_range": [min(speedups), max(speedups)],
                 "sgd_final_loss_range": [min(d["sgd_final_loss"] for d in out), max(d["sgd_final_loss"] for d in out)],
                 "em_like_final_loss_range": [min(d["em_like_final_loss"] for d in out),
                                              max(d["em_like_final_loss"] for d in out)]}
-
-    def _arm_comparison(self, sgd, em, steps):
-        """Speedup (bootstrap CI over seeds), steps to SGD's mean final loss, paired t of final losses."""
-        speedup, threshold, hits = st.speedup(sgd, em, steps)
-        t, p = st.paired_t(sgd[:, -1], em[:, -1])
-        return {"speedup": speedup, "speedup_ci95": list(st.bootstrap_speedup_expanded(sgd, em, steps, seed=self.seed)),
-                "steps_to_threshold": hits.tolist(), "threshold": threshold, "paired_t": t, "p_value": p}
 
     def _verdicts_e1_e4(self, r):
         """E1-E3 answer two questions, each by the same rule (numeric.experiments.rules): do the paper's
@@ -454,15 +447,6 @@ class ExperimentStage:
         self._measurements["E5"] = {"arms": out}
         rule = REGISTRY["E5"].rule(out)
         self._rule_check("E5", "rule", rule.verdict, rule.reason, rule.measured)
-
-
-def _curve(losses, points=200):
-    """Mean and 95% t-interval over seeds, downsampled for the report."""
-    L = losses.numpy()
-    idx = np.unique(np.linspace(0, L.shape[1] - 1, min(points, L.shape[1])).round().astype(int))
-    mean = L[:, idx].mean(0)
-    half = [st.mean_ci(L[:, i])[1] for i in idx] if L.shape[0] > 1 else [float("nan")] * len(idx)
-    return {"step": idx.tolist(), "mean": mean.tolist(), "ci95": [float(h) for h in half]}
 
 
 def _numbers(obj):

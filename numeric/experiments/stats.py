@@ -169,3 +169,21 @@ def bootstrap_pc1_spearman(points, entropy, resamples=500, seed=0, level=0.95):
     return {"explained_variance_pc1_ci95": [float(x) for x in np.percentile(ev, q)],
             "spearman_pc1_entropy_ci95": [float(x) for x in np.nanpercentile(rho, q)],
             "resamples": int(resamples), "units": int(B)}
+
+
+def arm_comparison(sgd, em, steps, seed=0):
+    """Speedup (expanded bootstrap CI over seeds), steps to SGD's mean final loss, paired t of final losses.
+    sgd, em: (seeds, steps + 1) loss curves, row i of both from the same seed."""
+    s, threshold, hits = speedup(sgd, em, steps)
+    t, p = paired_t(sgd[:, -1], em[:, -1])
+    return {"speedup": s, "speedup_ci95": list(bootstrap_speedup_expanded(sgd, em, steps, seed=seed)),
+            "steps_to_threshold": hits.tolist(), "threshold": threshold, "paired_t": t, "p_value": p}
+
+
+def curve(losses, points=200):
+    """Mean and 95% t-interval over seeds of (seeds, steps + 1) loss curves, downsampled for the report."""
+    L = np.asarray(losses)
+    idx = np.unique(np.linspace(0, L.shape[1] - 1, min(points, L.shape[1])).round().astype(int))
+    mean = L[:, idx].mean(0)
+    half = [mean_ci(L[:, i])[1] for i in idx] if L.shape[0] > 1 else [float("nan")] * len(idx)
+    return {"step": idx.tolist(), "mean": mean.tolist(), "ci95": [float(h) for h in half]}
