@@ -24,8 +24,8 @@ from pathlib import Path
 
 from derive import claimfile, verdict
 from derive import claims as registry
-from derive.results import THREAD_ENV, Results, ResultsError, default_threads, environment
 from derive import profile as profiles
+from derive.results import THREAD_ENV, Results, ResultsError, default_threads, environment
 from derive.stage import DeriveStage
 
 STAGES = ("derive", "codegen", "numeric", "experiments", "report")

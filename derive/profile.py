@@ -124,8 +124,9 @@ class ExperimentSizes:
     replay that decides; fewer: a shortened one that checks the streams only). The LR-ratio sweep
     (`sweep_ratios` on `sweep_seeds`, all in the first fresh group) and the typicality study
     (`typicality_seeds`, both protocols) run unless listed in `opt_in`; a job in `opt_in` trains only
-    with `--extended`, and its cached results are read when present. Exactness: `exact_steps` in float64 on `exact_seeds`; speed: `speed_steps` on
-    `speed_seeds`. Simulations (E6, E7, C9) and the wind tunnel (E5) have their own sizes."""
+    with `--extended`, and its cached results are read when present. Exactness: `exact_steps` in
+    float64 on `exact_seeds`; speed: `speed_steps` on `speed_seeds`. Simulations (E6, E7, C9) and the
+    wind tunnel (E5) have their own sizes."""
 
     length: int
     steps: int

@@ -7,6 +7,7 @@ from derive import claims as registry
 from derive.fixed import sizes
 from derive.prove import fixed
 
+
 def sweep_sizes(base, sweeps):
     """(varied, value, sizes) rows: (n, d, m) = `base` with one of them taking each value in `sweeps`."""
     n0, d0, m0 = base

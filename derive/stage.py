@@ -1,17 +1,16 @@
 """The `derive` stage: every registered claim through every proof path, and the kill matrix."""
 from __future__ import annotations
 
-import re
 import time
 from fractions import Fraction
 
 from derive import claims as registry
 from derive import saturation, verdict
-from derive.verdict import KILL_CELL
-from derive.profile import Profile
 from derive.model import ShapeError
+from derive.profile import Profile
 from derive.prove import PATHS, Outcome, run_path
 from derive.results import Check, slug
+from derive.verdict import KILL_CELL
 
 SETTINGS = {False: "unmasked", True: "masked"}
 STATUS = {"proved": "pass", "disproved": "fail", "undecided": "skipped"}  # undecided: the claim's verdict says why

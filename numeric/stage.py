@@ -12,7 +12,6 @@ from derive import claims as registry
 from derive.results import Check, slug
 from numeric import agreement, bench, identities
 
-
 IDENTITY_SHAPES = [({"n": 4, "dk": 3, "dv": 2, "m": 3, "dx": 3}, (), "causal"),
                    ({"n": 5, "dk": 2, "dv": 3, "m": 2, "dx": 2}, (2,), "padding"),
                    ({"n": 3, "dk": 1, "dv": 1, "m": 2, "dx": 1}, (2, 3), "none"),

@@ -5,10 +5,10 @@ import pytest
 
 from derive import claimfile, graph
 from derive import claims as registry
+from derive.all import claim_catalogue
 from derive.claims import Claim, Identity, Mutant, register
 from derive.model import Setting
 from derive.rational import RationalBackend
-from derive.all import claim_catalogue
 
 DISTINCT = {"n": 3, "dk": 2, "dv": 4, "m": 5, "dx": 6}
 PAPER = "arXiv 2512.22473"

@@ -1,6 +1,5 @@
 """The generated file: fresh, deterministic, complete (its MANIFEST), driven by the registry's
 declarations, and derive/ never imports torch."""
-import torch
 import dataclasses
 import os
 import subprocess
@@ -8,6 +7,7 @@ import sys
 from pathlib import Path
 
 import pytest
+import torch
 
 from derive import claims as registry
 from derive.claims import Claim, Identity, Mutant

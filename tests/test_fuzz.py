@@ -5,8 +5,8 @@ import time
 import pytest
 
 from derive import fuzz
-from numeric import fuzz as runner
 from derive.fuzz import Claim, dgrad, mul, q
+from numeric import fuzz as runner
 from numeric import oracle
 
 C1_FREE = (("i", "n"), ("j", "n"))

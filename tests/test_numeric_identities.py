@@ -28,8 +28,8 @@ def test_mutant_rejected(mutant, identity, fn):
 def test_an_extra_identity_without_a_kernel_form_is_skipped_with_the_reason(monkeypatch):
     from derive import claims as registry
     from derive.claims import Claim, Identity
-    from derive.results import Results
     from derive.profile import QUICK
+    from derive.results import Results
     from numeric.stage import NumericStage, generated_module
 
     jacobian = Identity("jacobian", ("n", "n"), "scores", lambda m, i, j: m.grad(m.alpha(i, i), "s", i, j),

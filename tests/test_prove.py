@@ -2,8 +2,8 @@
 import pytest
 from conftest import equality_mutants, identities, identity_ids, part_of
 
-from derive.prove import PATHS, run_path
 from derive.profile import QUICK
+from derive.prove import PATHS, run_path
 
 OPTIONS = {"grid": list(QUICK.derive.grid), "points": 2, "seed": 0, "budget_s": 120}
 MUTANT_OPTIONS = dict(OPTIONS, grid=list(QUICK.derive.mutant_grid))

@@ -50,7 +50,8 @@ def test_paper_seed_subset_is_shown_beside_the_full_seed_set(rendered):
     assert "final loss SGD 2.04, EM-like 1.97 (paper 2.03, 1.93)" in html
     assert "<td>torch-float64</td><td class=\"num\">1</td><td>2024</td>" in html and "range over draws 1.9&ndash;2.5" in html
     assert "torch-float64 & 1 & 2.05 & 1.98 & 2.45 & 2.1--2.9" in tex
-    assert "<td>paper</td><td></td><td></td><td class=\"num\">2.03</td><td class=\"num\">1.93</td><td class=\"num\">2.2&ndash;2.3</td>" in html
+    assert ("<td>paper</td><td></td><td></td><td class=\"num\">2.03</td><td class=\"num\">1.93</td>"
+            "<td class=\"num\">2.2&ndash;2.3</td>") in html
     assert "paper & & 2.03 & 1.93 & 2.2--2.3" in tex  # the paper's figures come from results.json
     assert "<b>4.5x</b> (per round 4.25&ndash;4.75)" in html
     assert "(paper 2.03, 1.93).\n\n\\begin{tabular}" in tex  # a paragraph, not text wrapped around the table

@@ -2,9 +2,9 @@
 the linearised loss at the readout. A false claim is never proved; a disproof carries a witness."""
 import pytest
 
+from derive import profile
 from derive.claims import Identity
 from derive.prove import PATHS, run_path
-from derive import profile
 
 QUICK = {"grid": list(profile.QUICK.derive.grid), "points": 2, "seed": 0, "budget_s": 120}
 

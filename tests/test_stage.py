@@ -4,9 +4,9 @@ import json
 import pytest
 
 from derive import claims as registry
-from derive.prove import PATHS
 from derive.all import claim_catalogue
 from derive.profile import QUICK
+from derive.prove import PATHS
 from derive.results import KINDS, STATUSES, VERDICTS, Check, Results
 from derive.stage import DeriveStage
 

@@ -58,9 +58,9 @@ def test_a_perturbed_api_kernel_makes_its_claim_fail(monkeypatch):
     torch = pytest.importorskip("torch")
     from derive import claims as registry
     from derive import verdict
+    from derive.profile import QUICK
     from derive.results import Results
     from numeric import api
-    from derive.profile import QUICK
     from numeric.stage import NumericStage
 
     def perturbed(original):
@@ -88,8 +88,8 @@ def test_a_path_contradicting_another_is_reported_loudly():
     from derive import engine_faults
     from derive.all import open_verdicts, summary
     from derive.claims import Claim, Identity
-    from derive.results import Results
     from derive.profile import QUICK
+    from derive.results import Results
     from derive.stage import DeriveStage
 
     wrong = Claim("Z1", "wrong advantage", "x", "test", (Identity("main", ("n", "n"), "scores",

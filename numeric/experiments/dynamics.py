@@ -9,8 +9,8 @@ from dataclasses import dataclass
 import torch
 
 from numeric import attention_backward
-from numeric.reference import causal_mask, softmax
 from numeric.experiments.config import positive, positive_ints
+from numeric.reference import causal_mask, softmax
 
 
 @dataclass(frozen=True)

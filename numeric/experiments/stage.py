@@ -17,7 +17,8 @@ from derive.results import Check, default_threads
 from numeric.experiments import chain, dynamics, replay, rules, speed, sticky, typicality, windtunnel
 from numeric.experiments import stats as st
 from numeric.experiments.cache import Cache
-from numeric.experiments.frame import combine as combine_frames, frame_precision
+from numeric.experiments.frame import combine as combine_frames
+from numeric.experiments.frame import frame_precision
 from numeric.experiments.progress import Progress
 from numeric.experiments.registry import REGISTRY, STICKY_FIGURES
 

@@ -19,7 +19,6 @@ import dataclasses
 import numpy as np
 
 from numeric.experiments import stats as st
-from numeric.experiments import sticky
 
 PROTOCOLS = ("authors", "ours")
 SUBSET = 5  # seeds per subset: the paper's experiment

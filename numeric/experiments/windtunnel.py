@@ -20,7 +20,6 @@ from numeric.experiments import stats as st
 from numeric.experiments.config import positive, positive_ints
 from numeric.module import GeneratedAttention
 
-
 # What `evaluate` returns, named in the cache key: a cached evaluation of another version is not reused.
 EVALUATION = "eval2"  # eval2: bootstrap intervals over evaluation sequences
 
