@@ -1,14 +1,16 @@
-"""The claim registry with the paper's claims C1–C10 (`derive.paper_claims`) loaded.
+"""The claim registry with the built-in claims loaded: the paper's C1–C10 (`derive.paper_claims`), then our
+H1–H3, the bias gradients of an nn.MultiheadAttention-style head (`derive.head_claims`).
 
 A claims file (`--claims FILE`, loaded by `derive.claimfile`) imports `Claim`, `Identity`,
 `Mutant` and `register` from here; `claims()` lists the built-in claims first, then the user's.
 """
 from __future__ import annotations
 
-from derive import paper_claims
+from derive import paper_claims  # noqa: I001  (C1–C10 first: the registry keeps registration order)
+from derive import head_claims
 from derive.claim import REGISTRY, Claim, Identity, Mutant, register
 
-__all__ = ["REGISTRY", "Claim", "Identity", "Mutant", "register", "claims", "mutants", "builtin_ids", "extra_ids"]
+__all__ = ["REGISTRY", "Claim", "Identity", "Mutant", "register", "claims", "mutants", "builtin_ids", "paper_ids", "extra_ids"]
 
 
 def claims() -> list:
@@ -20,9 +22,15 @@ def mutants() -> list:
 
 
 def builtin_ids() -> frozenset:
+    """The claims this project registers itself: the paper's and ours (a claims file may not reuse them)."""
+    return paper_claims.IDS | head_claims.IDS
+
+
+def paper_ids() -> frozenset:
+    """The paper's claims C1–C10 (each cites arXiv 2512.22473)."""
     return paper_claims.IDS
 
 
 def extra_ids() -> list:
-    """Claims registered beyond the paper's (e.g. with --claims FILE)."""
+    """Claims registered beyond the built-in ones (e.g. with --claims FILE)."""
     return [cid for cid in REGISTRY if cid not in builtin_ids()]

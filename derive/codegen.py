@@ -216,7 +216,7 @@ def _assemble(kernel, args, sizes, body, returned):
 
 
 HEADER = f'''# GENERATED FILE: do not edit. Regenerate with `{COMMAND}`.
-# Emitted by derive/codegen.py from the closed forms of the claim registry (derive/paper_claims.py),
+# Emitted by derive/codegen.py from the closed forms of the claim registry (derive/paper_claims.py, derive/head_claims.py),
 # the same SymPy objects the derivation engine proves. The codegen stage fails when this file
 # differs from a fresh emission.
 """Torch kernels generated from the proven closed forms of the claims (see derive/codegen.py)."""

@@ -252,4 +252,28 @@ class DiffRing:
     def is_zero(self, p):
         if isinstance(p, int):
             return p == 0
-        return not p or not self.clear_inverses(p)
+        return not p or all(not self.clear_inverses(part) for part in self.split_free(p))
+
+    def split_free(self, p):
+        """p's coefficients as a polynomial in its generators that no inverse generator's payload holds.
+
+        Those generators are indeterminates independent of every inverse 1/q (q is built from the other
+        generators only, exp and log payloads being opaque), so p == 0 iff each coefficient is zero: the
+        same decision as clearing p whole, without multiplying terms by denominators they do not share
+        (a sum over positions of per-row rational functions clears row by row)."""
+        inner, todo = set(), [g for g in self.gens_of(p) if self.gens[g][0] == "inv"]
+        while todo:
+            g = todo.pop()
+            if g in inner:
+                continue
+            inner.add(g)
+            if self.gens[g][0] == "inv":
+                todo.extend(self.gens_of(self.gens[g][1]))
+        free = [g for g in self.gens_of(p) if g not in inner]
+        if not free:
+            return [p]
+        mask = sum(MASK << (BITS * g) for g in free)
+        groups = {}
+        for m, c in p.terms.items():
+            groups.setdefault(m & mask, {})[m & ~mask] = c
+        return [Poly(self, terms) for terms in groups.values()]

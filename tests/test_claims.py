@@ -20,8 +20,23 @@ def test_registry_has_every_analytic_claim_of_the_paper():
     assert ids[:10] == [f"C{i}" for i in range(1, 11)]
     for c in registry.claims():
         assert c.statement and "\\" in c.statement, f"{c.id} needs a LaTeX statement"
-        assert c.ref.startswith(PAPER + ", "), f"{c.id} does not cite the paper"
+        if c.id in registry.paper_ids():
+            assert c.ref.startswith(PAPER + ", "), f"{c.id} does not cite the paper"
+        elif c.id in registry.builtin_ids():
+            assert c.ref.startswith("ours: ") and not c.id.startswith("C"), f"{c.id}: our claims say so, under a non-C id"
         assert c.parts, f"{c.id} has no proof obligation"
+
+
+def test_the_head_bias_claims_are_built_in_and_ours():
+    """H1–H3 follow C1–C10 in the registry, count as built-in (not extra), and are not the paper's."""
+    ids = [c.id for c in registry.claims()]
+    assert ids[10:13] == ["H1", "H2", "H3"]
+    assert registry.builtin_ids() == registry.paper_ids() | {"H1", "H2", "H3"}
+    assert not set(registry.extra_ids()) & {"H1", "H2", "H3"}
+    for cid in ("H1", "H2", "H3"):
+        claim = registry.REGISTRY[cid]
+        assert claim.ref == "ours: bias gradients of an nn.MultiheadAttention-style head" and claim.mutants
+        assert claim.derivation
 
 
 def test_the_account_of_the_paper_states_every_claim():

@@ -91,3 +91,24 @@ def test_overflow_makes_the_fixed_path_undecided():
     big = Identity("power", ("n", "dv"), "scores", lambda m, j, a: m.v(j, a) ** 300, lambda m, j, a: 0, "v^300 = 0")
     out = run_path("fixed", big, False, "overflow", {"grid": [{"n": 2, "dk": 1, "dv": 1, "m": 1, "dx": 1}], "seed": 0})
     assert out.status == "undecided" and "ExponentOverflow" in out.reason
+
+
+def test_the_zero_test_splits_off_generators_no_denominator_holds():
+    """p is a polynomial in the generators outside every inverse's payload (here the leaves x_i, w) over the
+    rest: it is zero iff each coefficient is, so the rows of sum_i x_i (softmax row sums - 1) clear one by one,
+    and the split decides as clearing p whole does."""
+    ring = DiffRing()
+    rows = []
+    for i in range(3):
+        e = [ring.exp(ring.leaf(("s", i, j))) for j in range(3)]
+        z = e[0] + e[1] + e[2]
+        rows.append((ring.leaf(("x", i)), e, z))
+    w = ring.leaf("w")
+    zero = sum((x * (sum(ej / z for ej in e) - 1) for x, e, z in rows), ring.const(0)) * w
+    assert len(ring.split_free(zero)) == 3 and ring.is_zero(zero)
+    not_zero = zero + rows[0][0] * rows[1][1][0] / rows[1][2] - rows[0][0] * rows[0][1][0] / rows[0][2]
+    assert not ring.is_zero(not_zero) and ring.clear_inverses(not_zero)
+    eta = ring.leaf("eta")  # a leaf inside a denominator is not split off
+    ratio = eta / (eta + 1) + 1 / (eta + 1) - 1
+    assert ring.split_free(ratio) == [ratio] and ring.is_zero(ratio)
+    assert not ring.is_zero(eta / (eta + 1) - 1)

@@ -1,5 +1,5 @@
 # GENERATED FILE: do not edit. Regenerate with `python -m derive.codegen --write`.
-# Emitted by derive/codegen.py from the closed forms of the claim registry (derive/paper_claims.py),
+# Emitted by derive/codegen.py from the closed forms of the claim registry (derive/paper_claims.py, derive/head_claims.py),
 # the same SymPy objects the derivation engine proves. The codegen stage fails when this file
 # differs from a fresh emission.
 """Torch kernels generated from the proven closed forms of the claims (see derive/codegen.py)."""
@@ -62,6 +62,18 @@ MANIFEST = {
     "M14-S1-uniform-weights": "mutant_m14_s1_uniform_weights",
     ("C10", "completed square"): "identity_c10_completed_square",
     "M16-plain-gradient-step": "mutant_m16_plain_gradient_step",
+    ("H1", "main"): "identity_h1_main",
+    "M17-key-bias-drop-baseline": "mutant_m17_key_bias_drop_baseline",
+    "M18-key-bias-alpha-for-dS": "mutant_m18_key_bias_alpha_for_ds",
+    ("H2", "main"): "identity_h2_main",
+    ("H2", "row covariance"): "identity_h2_row_covariance",
+    "M19-query-bias-lose-scale": "mutant_m19_query_bias_lose_scale",
+    "M20-query-bias-alpha-for-dS": "mutant_m20_query_bias_alpha_for_ds",
+    "M21-query-bias-uncentred": "mutant_m21_query_bias_uncentred",
+    ("H3", "row mass"): "identity_h3_row_mass",
+    ("H3", "attended rows"): "identity_h3_attended_rows",
+    "M22-value-bias-count": "mutant_m22_value_bias_count",
+    "M23-value-bias-responsibility": "mutant_m23_value_bias_responsibility",
 }
 # Identities and mutants with no check function, and why.
 UNEMITTED = {
@@ -612,4 +624,166 @@ def mutant_m16_plain_gradient_step(v, s, w_o, y, delta, mask, grad_v, eta):
     dV = (u.mT @ alpha).mT  # (..., n, d_v)
     derived = torch.linalg.vecdot(eta * dV, grad_v) + responsibility * delta.square().sum(dim=-1) / (2 * eta) - responsibility * (eta ** 2 * dV.square()).sum(dim=-1) / (2 * eta) + torch.linalg.vecdot(delta, grad_v)  # (..., n)
     closed = responsibility * (eta * dV + delta).square().sum(dim=-1) / (2 * eta)  # (..., n)
+    return derived, closed
+
+
+def identity_h1_main(grad_k):
+    """H1 / main (derived side with autograd inputs grad_*, closed side)."""
+    derived = grad_k.sum(dim=-2)  # (..., d_k)
+    closed = 0  # a number, broadcast to (..., d_k)
+    return derived, closed
+
+
+def mutant_m17_key_bias_drop_baseline(q, k, v, w_o, y, mask, grad_k, scale):
+    """negative control M17-key-bias-drop-baseline: baseline dropped in dS (alpha_ij b_ij): c sum_ij alpha_ij b_ij q_i (derived side with autograd inputs grad_*, closed side)."""
+    n_size = q.shape[-2]
+    s = q @ (scale * k).mT  # (..., n, n)
+    alpha = _softmax_(s, mask, dim=-1)  # (..., n, n)
+    o = alpha @ v  # (..., n, d_v)
+    z = o @ w_o  # (..., n, m)
+    p = _softmax_(z, None, dim=-1)  # (..., n, m)
+    u = (p - y) @ (w_o / n_size).mT  # (..., n, d_v)
+    b = u @ v.mT  # (..., n, n)
+    derived = grad_k.sum(dim=-2)  # (..., d_k)
+    closed = torch.einsum("...ab,...a->...b", scale * q, torch.linalg.vecdot(alpha, b))  # (..., d_k)
+    return derived, closed
+
+
+def mutant_m18_key_bias_alpha_for_ds(q, k, mask, grad_k, scale):
+    """negative control M18-key-bias-alpha-for-dS: alpha in place of dS: c sum_ij alpha_ij q_i (derived side with autograd inputs grad_*, closed side)."""
+    s = q @ (scale * k).mT  # (..., n, n)
+    alpha = _softmax_(s, mask, dim=-1)  # (..., n, n)
+    derived = grad_k.sum(dim=-2)  # (..., d_k)
+    closed = torch.einsum("...ab,...a->...b", scale * q, alpha.sum(dim=-1))  # (..., d_k)
+    return derived, closed
+
+
+def identity_h2_main(q, k, v, w_o, y, mask, grad_q, scale):
+    """H2 / main (derived side with autograd inputs grad_*, closed side)."""
+    n_size = q.shape[-2]
+    s = q @ (scale * k).mT  # (..., n, n)
+    alpha = _softmax_(s, mask, dim=-1)  # (..., n, n)
+    o = alpha @ v  # (..., n, d_v)
+    z = o @ w_o  # (..., n, m)
+    p = _softmax_(z, None, dim=-1)  # (..., n, m)
+    u = (p - y) @ (w_o / n_size).mT  # (..., n, d_v)
+    b = u @ v.mT  # (..., n, n)
+    baseline = torch.linalg.vecdot(alpha, b)  # (..., n)
+    dS = alpha.mul_(b - baseline[..., :, None])  # (..., n, n)
+    derived = grad_q.sum(dim=-2)  # (..., d_k)
+    closed = torch.einsum("...ab,...bc->...c", dS, scale * k)  # (..., d_k)
+    return derived, closed
+
+
+def identity_h2_row_covariance(q, k, v, w_o, y, mask, grad_q, scale):
+    """H2 / row covariance (derived side with autograd inputs grad_*, closed side)."""
+    n_size = q.shape[-2]
+    s = q @ (scale * k).mT  # (..., n, n)
+    alpha = _softmax_(s, mask, dim=-1)  # (..., n, n)
+    o = alpha @ v  # (..., n, d_v)
+    z = o @ w_o  # (..., n, m)
+    p = _softmax_(z, None, dim=-1)  # (..., n, m)
+    u = (p - y) @ (w_o / n_size).mT  # (..., n, d_v)
+    b = u @ v.mT  # (..., n, n)
+    baseline = torch.linalg.vecdot(alpha, b)  # (..., n)
+    derived = grad_q  # (..., n, d_k)
+    closed = torch.einsum("...ab,...bca,...ab->...ac", scale * (b - baseline[..., :, None]), k[..., :, :, None] - (alpha @ k).mT[..., None, :, :], alpha)  # (..., n, d_k)
+    return derived, closed
+
+
+def mutant_m19_query_bias_lose_scale(q, k, v, w_o, y, mask, grad_q, scale):
+    """negative control M19-query-bias-lose-scale: scale c lost: sum_ij dS_ij k_j (derived side with autograd inputs grad_*, closed side)."""
+    n_size = q.shape[-2]
+    s = q @ (scale * k).mT  # (..., n, n)
+    alpha = _softmax_(s, mask, dim=-1)  # (..., n, n)
+    o = alpha @ v  # (..., n, d_v)
+    z = o @ w_o  # (..., n, m)
+    p = _softmax_(z, None, dim=-1)  # (..., n, m)
+    u = (p - y) @ (w_o / n_size).mT  # (..., n, d_v)
+    b = u @ v.mT  # (..., n, n)
+    baseline = torch.linalg.vecdot(alpha, b)  # (..., n)
+    dS = alpha.mul_(b - baseline[..., :, None])  # (..., n, n)
+    derived = grad_q.sum(dim=-2)  # (..., d_k)
+    closed = torch.einsum("...ab,...bc->...c", dS, k)  # (..., d_k)
+    return derived, closed
+
+
+def mutant_m20_query_bias_alpha_for_ds(q, k, mask, grad_q, scale):
+    """negative control M20-query-bias-alpha-for-dS: alpha in place of dS: c sum_ij alpha_ij k_j (derived side with autograd inputs grad_*, closed side)."""
+    s = q @ (scale * k).mT  # (..., n, n)
+    alpha = _softmax_(s, mask, dim=-1)  # (..., n, n)
+    derived = grad_q.sum(dim=-2)  # (..., d_k)
+    closed = torch.einsum("...ab,...bc->...c", alpha, scale * k)  # (..., d_k)
+    return derived, closed
+
+
+def mutant_m21_query_bias_uncentred(q, k, v, w_o, y, mask, grad_q, scale):
+    """negative control M21-query-bias-uncentred: neither b nor k centred: c sum_j alpha_ij b_ij k_j (derived side with autograd inputs grad_*, closed side)."""
+    n_size = q.shape[-2]
+    s = q @ (scale * k).mT  # (..., n, n)
+    alpha = _softmax_(s, mask, dim=-1)  # (..., n, n)
+    o = alpha @ v  # (..., n, d_v)
+    z = o @ w_o  # (..., n, m)
+    p = _softmax_(z, None, dim=-1)  # (..., n, m)
+    u = (p - y) @ (w_o / n_size).mT  # (..., n, d_v)
+    b = u @ v.mT  # (..., n, n)
+    derived = grad_q  # (..., n, d_k)
+    closed = torch.einsum("...ab,...ab,...bc->...ac", alpha, b, scale * k)  # (..., n, d_k)
+    return derived, closed
+
+
+def identity_h3_row_mass(q, k, v, w_o, y, mask, grad_v, scale):
+    """H3 / row mass (derived side with autograd inputs grad_*, closed side)."""
+    n_size = q.shape[-2]
+    s = q @ (scale * k).mT  # (..., n, n)
+    alpha = _softmax_(s, mask, dim=-1)  # (..., n, n)
+    o = alpha @ v  # (..., n, d_v)
+    z = o @ w_o  # (..., n, m)
+    p = _softmax_(z, None, dim=-1)  # (..., n, m)
+    u = (p - y) @ (w_o / n_size).mT  # (..., n, d_v)
+    derived = grad_v.sum(dim=-2)  # (..., d_v)
+    closed = torch.einsum("...ab,...a->...b", u, alpha.sum(dim=-1))  # (..., d_v)
+    return derived, closed
+
+
+def identity_h3_attended_rows(q, k, v, w_o, y, mask, grad_v, scale):
+    """H3 / attended rows (derived side with autograd inputs grad_*, closed side)."""
+    n_size = q.shape[-2]
+    s = q @ (scale * k).mT  # (..., n, n)
+    alpha = _softmax_(s, mask, dim=-1)  # (..., n, n)
+    o = alpha @ v  # (..., n, d_v)
+    z = o @ w_o  # (..., n, m)
+    p = _softmax_(z, None, dim=-1)  # (..., n, m)
+    u = (p - y) @ (w_o / n_size).mT  # (..., n, d_v)
+    derived = grad_v.sum(dim=-2)  # (..., d_v)
+    closed = u.sum(dim=-2)  # (..., d_v)
+    return derived, closed
+
+
+def mutant_m22_value_bias_count(q, k, v, w_o, y, mask, grad_v, scale):
+    """negative control M22-value-bias-count: every alpha counted as 1: sum_i u_i sum_j M_ij (derived side with autograd inputs grad_*, closed side)."""
+    n_size = q.shape[-2]
+    s = q @ (scale * k).mT  # (..., n, n)
+    alpha = _softmax_(s, mask, dim=-1)  # (..., n, n)
+    o = alpha @ v  # (..., n, d_v)
+    z = o @ w_o  # (..., n, m)
+    p = _softmax_(z, None, dim=-1)  # (..., n, m)
+    u = (p - y) @ (w_o / n_size).mT  # (..., n, d_v)
+    derived = grad_v.sum(dim=-2)  # (..., d_v)
+    closed = torch.einsum("...ab,...a->...b", u, mask.sum(dim=-1))  # (..., d_v)
+    return derived, closed
+
+
+def mutant_m23_value_bias_responsibility(q, k, v, w_o, y, mask, grad_v, scale):
+    """negative control M23-value-bias-responsibility: weighted by the responsibility of the row's own position: sum_j N_j u_j (derived side with autograd inputs grad_*, closed side)."""
+    n_size = q.shape[-2]
+    s = q @ (scale * k).mT  # (..., n, n)
+    alpha = _softmax_(s, mask, dim=-1)  # (..., n, n)
+    responsibility = alpha.sum(dim=-2)  # (..., n)
+    o = alpha @ v  # (..., n, d_v)
+    z = o @ w_o  # (..., n, m)
+    p = _softmax_(z, None, dim=-1)  # (..., n, m)
+    u = (p - y) @ (w_o / n_size).mT  # (..., n, d_v)
+    derived = grad_v.sum(dim=-2)  # (..., d_v)
+    closed = torch.einsum("...a,...ab->...b", responsibility, u)  # (..., d_v)
     return derived, closed
