@@ -6,8 +6,10 @@ A claims file (`--claims FILE`, loaded by `derive.claimfile`) imports `Claim`, `
 """
 from __future__ import annotations
 
-from derive import paper_claims  # noqa: I001  (C1–C10 first: the registry keeps registration order)
-from derive import head_claims
+from derive import (
+    head_claims,
+    paper_claims,  # noqa: I001  (C1–C10 first: the registry keeps registration order)
+)
 from derive.claim import REGISTRY, Claim, Identity, Mutant, register
 
 __all__ = ["REGISTRY", "Claim", "Identity", "Mutant", "register", "claims", "mutants", "builtin_ids", "paper_ids", "extra_ids"]
