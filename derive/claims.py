@@ -6,10 +6,7 @@ A claims file (`--claims FILE`, loaded by `derive.claimfile`) imports `Claim`, `
 """
 from __future__ import annotations
 
-from derive import (
-    head_claims,
-    paper_claims,  # noqa: I001  (C1–C10 first: the registry keeps registration order)
-)
+from derive import head_claims, paper_claims  # noqa: F401  (head_claims imports paper_claims first: C1–C10, then H1–H3)
 from derive.claim import REGISTRY, Claim, Identity, Mutant, register
 
 __all__ = ["REGISTRY", "Claim", "Identity", "Mutant", "register", "claims", "mutants", "builtin_ids", "paper_ids", "extra_ids"]

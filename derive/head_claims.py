@@ -8,6 +8,7 @@ are H ("heads"), never C.
 """
 from __future__ import annotations
 
+from derive import paper_claims  # noqa: F401  (registered first: the registry lists C1–C10, then H1–H3)
 from derive.claim import Claim, Identity, Mutant, register
 
 IDS = frozenset({"H1", "H2", "H3"})
