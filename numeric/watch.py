@@ -1,0 +1,263 @@
+"""Watch the attention of a user's model during training: the closed forms evaluated on its real gradients.
+
+    with watch(model, every=10) as w:
+        for batch in data:
+            loss = loss_fn(model(batch), target); loss.backward(); opt.step(); opt.zero_grad()
+    print(w.summary())
+
+A step is one call of `model.forward` made with grad enabled (so one forward per backward, as in an
+ordinary training loop); steps are numbered from 0 and steps 0, K, 2K, ... are recorded. On a recorded
+step every attention call site is captured at the call: q, k, v, the mask and the scale, and a hook on
+the attention output receives u = dL/do from the real backward pass. From (q, k, v, u, mask, scale) the
+generated kernels (numeric.api.attention_backward) give alpha, B = u v^T, the advantage A = dL/dS (C1)
+and dL/dV (C2), so the recorded numbers are the proved closed forms on the model's own tensors.
+
+Sites:
+- torch.nn.functional.scaled_dot_product_attention (SDPA) is intercepted by a TorchFunctionMode. A mode
+  sees every call made under it, whatever name the caller imported SDPA under (patching the attribute
+  would miss `from torch.nn.functional import scaled_dot_product_attention`), and it calls the
+  original function with the original arguments, so outputs and gradients are bitwise unchanged.
+  A mode does not see calls nested inside another intercepted torch function.
+- nn.MultiheadAttention computes attention inside F.multi_head_attention_forward (with SDPA only when
+  need_weights=False, and then out of a mode's sight). It is watched by module hooks instead: q, k, v
+  are recomputed from its in-projection and the inputs, the masks merged as the module merges them,
+  and u = (dL/d output) W_out, the gradient at the heads' concatenated output.
+A site is named by the module path of the innermost module running it (\"\" for the root) and its call
+index within the step.
+
+Recorded per head (means over the batch and over rows with at least one attended key):
+entropy and saturation 1 - max_j alpha_ij of the attention rows; the advantage's max |A_ij| and the
+mean row sum sum_j |A_ij|; responsibilities N_j = sum_i alpha_ij (max and min over keys); the C9 slack
+4 (1 - max_j alpha_ij) max_j |b_ij| - sum_j |dL/ds_ij| (its minimum over rows; >= 0 up to rounding; the
+max over attended keys); Frobenius norms of dL/dS (routing) and dL/dV (values); and drift from the
+previous record of the same site: the Jensen-Shannon divergence of attention rows and
+||V - V_prev|| / ||V_prev||. With dropout_p > 0 the watcher raises unless allow_dropout=True, in which
+case the numbers are those of the dropout-free alpha against the real u (the record says dropout_p).
+"""
+from __future__ import annotations
+
+import math
+import sys
+import time
+
+import torch
+import torch.nn.functional as F
+from torch import nn
+from torch.overrides import TorchFunctionMode
+
+from numeric.api import attention_backward
+from numeric.experiments.frame import _js
+
+SDPA = F.scaled_dot_product_attention
+
+
+class _SDPAMode(TorchFunctionMode):
+    """Passes every torch function through unchanged; SDPA calls are also reported to the watcher."""
+
+    def __init__(self, watcher):
+        super().__init__()
+        self.watcher = watcher
+
+    def __torch_function__(self, func, types, args=(), kwargs=None):
+        kwargs = kwargs or {}
+        out = func(*args, **kwargs)
+        if func is SDPA and self.watcher.recording and not self.watcher.in_mha:
+            self.watcher._capture_sdpa(out, *args, **kwargs)
+        return out
+
+
+def _sdpa_inputs(q, k, v, attn_mask=None, dropout_p=0.0, is_causal=False, scale=None, enable_gqa=False):
+    """q, k, v, mask in the API's semantics (bool True = attend, float additive), dropout_p, scale."""
+    if is_causal and attn_mask is not None:
+        raise ValueError("scaled_dot_product_attention was called with both attn_mask and is_causal=True")
+    if enable_gqa and q.shape[-3] != k.shape[-3]:  # SDPA's GQA: each kv head serves a group of q heads
+        if q.shape[-3] % k.shape[-3]:
+            raise ValueError(f"enable_gqa: q has {q.shape[-3]} heads, not a multiple of k's {k.shape[-3]}")
+        rep = q.shape[-3] // k.shape[-3]
+        k, v = k.repeat_interleave(rep, -3), v.repeat_interleave(rep, -3)
+    mask = attn_mask
+    if is_causal:  # SDPA's causal mask is top-left aligned: tril of ones (L, S)
+        mask = torch.ones(q.shape[-2], k.shape[-2], dtype=torch.bool, device=q.device).tril()
+    return q, k, v, mask, float(dropout_p), scale
+
+
+def _mha_inputs(mod, args, kwargs):
+    """q, k, v as (N, H, L, hd), the merged additive mask (or None) and dropout_p of an nn.MultiheadAttention call."""
+    names = ("query", "key", "value", "key_padding_mask", "need_weights", "attn_mask")
+    given = dict(zip(names, args), **kwargs)
+    query, key, value = given["query"], given["key"], given["value"]
+    if mod.batch_first:
+        query, key, value = (x.transpose(0, 1) for x in (query, key, value))
+    if query.dim() != 3:
+        raise ValueError(f"watch: unbatched nn.MultiheadAttention input (shape {tuple(query.shape)}) is not supported")
+    E, H = mod.embed_dim, mod.num_heads
+    if mod._qkv_same_embed_dim:
+        ws, bs = mod.in_proj_weight.chunk(3), (mod.in_proj_bias.chunk(3) if mod.in_proj_bias is not None else (None,) * 3)
+    else:
+        ws = (mod.q_proj_weight, mod.k_proj_weight, mod.v_proj_weight)
+        bs = mod.in_proj_bias.split(E) if mod.in_proj_bias is not None else (None,) * 3
+    heads = [F.linear(x, w, b) for x, w, b in zip((query, key, value), ws, bs)]  # (L, N, E) each
+    q, k, v = (t.reshape(t.shape[0], t.shape[1], H, E // H).permute(1, 2, 0, 3) for t in heads)  # (N, H, L, hd)
+    mask = _merged_mask(given.get("attn_mask"), given.get("key_padding_mask"), q)
+    return q, k, v, mask, mod.dropout if mod.training else 0.0
+
+
+def _merged_mask(attn_mask, key_padding_mask, q):
+    """MHA's masks (bool True = blocked, float additive) as one additive mask (N or 1, H or 1, L, S)."""
+    N, H = q.shape[:2]
+    total = None
+    for m, shape in ((attn_mask, None), (key_padding_mask, (N, 1, 1, -1))):
+        if m is None:
+            continue
+        add = torch.zeros(m.shape, dtype=q.dtype, device=q.device).masked_fill(m, -math.inf) if m.dtype == torch.bool else m.to(q.dtype)
+        if shape is None:
+            add = add.view(1, 1, *add.shape) if add.dim() == 2 else add.view(N, H, *add.shape[-2:])
+        else:
+            add = add.view(shape)
+        total = add if total is None else total + add
+    return total
+
+
+def head_stats(q, k, v, u, mask, scale):
+    """Per-head summaries (lists over heads) of the closed forms at one call; q (..., H, L, E)."""
+    with torch.no_grad():
+        g = attention_backward(q, k, v, u, mask=mask, scale=scale, validate_inputs=False)
+        alpha, b, A, dV = g.alpha, g.B, g.A, g.dV  # (..., H, L, S) / (..., H, S, Ev)
+        alpha = alpha.expand(A.shape)
+        live = alpha.sum(-1) > 0  # rows with an attended key (..., H, L)
+        red = tuple(range(alpha.dim() - 3))  # batch dims
+        rows = lambda x: (torch.where(live, x, 0).sum(red + (-1,)) / live.sum(red + (-1,)).clamp_min(1))  # noqa: E731
+        amax = alpha.amax(-1)
+        entropy = -(alpha * torch.log(alpha.clamp_min(1e-300 if alpha.dtype == torch.float64 else 1e-30))).sum(-1)
+        lhs = A.abs().sum(-1)
+        bmax = torch.where(alpha > 0, b.abs(), 0).amax(-1)
+        slack = torch.where(live, 4 * (1 - amax) * bmax - lhs, math.inf)
+        N = alpha.sum(-2)  # responsibilities (..., H, S)
+        norm = lambda x: x.square().sum(red + (-2, -1)).sqrt()  # noqa: E731
+        stats = dict(entropy=rows(entropy), saturation=rows(1 - amax), adv_max=A.abs().amax(red + (-2, -1)),
+                     adv_row_l1=rows(lhs), resp_max=N.amax(-1).mean(red), resp_min=N.amin(-1).mean(red),
+                     c9_slack=slack.amin(red + (-1,)), dS_norm=norm(A), dV_norm=norm(dV))
+        return {key: t.tolist() for key, t in stats.items()}, alpha
+
+
+class Watcher:
+    """Records attention statistics of `model` every `every` steps; use through `watch`."""
+
+    def __init__(self, model, every=1, allow_dropout=False):
+        if not isinstance(model, nn.Module):
+            raise TypeError(f"watch needs an nn.Module, got {type(model).__name__}")
+        if not isinstance(every, int) or isinstance(every, bool) or every < 1:
+            raise ValueError(f"every must be a positive int, got {every!r}")
+        self.model, self.every, self.allow_dropout = model, every, allow_dropout
+        self.records, self.step_index, self.recording = [], -1, False
+        self._stack, self._mha_depth, self._calls, self._prev, self._handles, self._mode = [], 0, 0, {}, [], None
+
+    @property
+    def in_mha(self):
+        return self._mha_depth > 0
+
+    def __enter__(self):
+        for name, mod in self.model.named_modules():
+            if isinstance(mod, nn.MultiheadAttention):
+                if mod.bias_k is not None or mod.add_zero_attn:
+                    raise ValueError(f"watch: nn.MultiheadAttention '{name}' uses add_bias_kv/add_zero_attn, not supported")
+                self._handles += [mod.register_forward_pre_hook(self._mha_pre, with_kwargs=True),
+                                  mod.register_forward_hook(self._mha_post, with_kwargs=True)]
+            self._handles += [mod.register_forward_pre_hook(self._push(name)), mod.register_forward_hook(self._pop)]
+        self._handles.append(self.model.register_forward_pre_hook(self._begin_step, prepend=True))
+        self._mode = _SDPAMode(self)
+        self._mode.__enter__()
+        return self
+
+    def __exit__(self, *exc):
+        self._mode.__exit__(*exc)
+        for h in self._handles:
+            h.remove()
+        self._handles, self._mode, self.recording = [], None, False
+        return False
+
+    def _begin_step(self, mod, args):
+        if torch.is_grad_enabled():
+            self.step_index += 1
+            self.recording, self._calls, self._mha_depth = self.step_index % self.every == 0, 0, 0
+
+    def _push(self, name):
+        def hook(mod, args):
+            self._stack.append(name)
+        return hook
+
+    def _pop(self, mod, args, out):
+        self._stack.pop()
+
+    def _mha_pre(self, mod, args, kwargs):
+        self._mha_depth += 1
+        mod._watch_call = (args, kwargs) if self.recording else None
+
+    def _mha_post(self, mod, args, kwargs, out):
+        self._mha_depth -= 1
+        call, mod._watch_call = mod._watch_call, None
+        if call is None or not out[0].requires_grad:
+            return
+        with torch.no_grad():
+            q, k, v, mask, p = _mha_inputs(mod, *call)
+        w_out = mod.out_proj.weight.detach()
+        E = mod.embed_dim
+
+        def to_heads(g):  # dL/d(out) -> u at the concatenated heads, (N, H, L, hd)
+            g = g if mod.batch_first else g.transpose(0, 1)
+            return (g @ w_out).reshape(g.shape[0], g.shape[1], mod.num_heads, E // mod.num_heads).transpose(1, 2)
+        self._attach(out[0], q, k, v, mask, None, p, to_heads)
+
+    def _capture_sdpa(self, out, *args, **kwargs):
+        if not out.requires_grad:
+            return
+        q, k, v, mask, p, scale = _sdpa_inputs(*args, **kwargs)
+        self._attach(out, q.detach(), k.detach(), v.detach(), mask, scale, p, lambda g: g)
+
+    def _attach(self, out, q, k, v, mask, scale, p, to_u):
+        if p > 0 and not self.allow_dropout:
+            raise ValueError(f"watch: attention with dropout_p={p} at '{self._stack[-1] if self._stack else ''}': "
+                             "the closed forms exclude dropout; set dropout to 0 or pass allow_dropout=True")
+        site = (self._stack[-1] if self._stack else "", self._calls)
+        self._calls += 1
+        step = self.step_index
+        mask = mask.detach() if mask is not None else None
+        out.register_hook(lambda g: self._record(site, step, q, k, v, to_u(g), mask, scale, p))
+
+    def _record(self, site, step, q, k, v, u, mask, scale, p):
+        if q.dim() == 2:  # one unbatched head
+            q, k, v, u = (t.unsqueeze(0) for t in (q, k, v, u))
+        batch = torch.broadcast_shapes(q.shape[:-2], k.shape[:-2], v.shape[:-2])
+        k, v = k.expand(*batch, *k.shape[-2:]), v.expand(*batch, *v.shape[-2:])  # per-head dV
+        stats, alpha = head_stats(q, k, v, u.detach(), mask, scale)
+        rec = dict(site=site[0], call=site[1], step=step, heads=q.shape[-3], dropout_p=p, **stats)
+        rec.update(_drift(self._prev.get(site), alpha, v))
+        self._prev[site] = (alpha, v)
+        self.records.append(rec)
+
+    def summary(self):
+        """{site: {quantity: mean over heads, last recorded step}} for each (site, call)."""
+        out = {}
+        for rec in self.records:
+            key = f"{rec['site'] or '<root>'}#{rec['call']}"
+            out[key] = {name: (sum(x) / len(x) if x else None) if isinstance(x, list) else x
+                        for name, x in rec.items() if name not in ("site", "call", "heads", "dropout_p")}
+            out[key]["c9_slack"] = min(rec["c9_slack"])
+        return out
+
+
+def _drift(prev, alpha, v):
+    """JS divergence of attention rows and relative change of V against the site's previous record."""
+    if prev is None or prev[0].shape != alpha.shape or prev[1].shape != v.shape:
+        return dict(js=None, v_change=None)
+    red = tuple(range(alpha.dim() - 3)) + (-1,)
+    live = (alpha.sum(-1) > 0) & (prev[0].sum(-1) > 0)
+    js = torch.where(live, _js(alpha, prev[0]), 0).sum(red) / live.sum(red).clamp_min(1)
+    dims = tuple(range(v.dim() - 3)) + (-2, -1)
+    change = (v - prev[1]).square().sum(dims).sqrt() / prev[1].square().sum(dims).sqrt().clamp_min(1e-30)
+    return dict(js=js.tolist(), v_change=change.tolist())
+
+
+def watch(model, every=1, *, allow_dropout=False):
+    """A context manager recording attention statistics of `model` every `every` steps (see the module docstring)."""
+    return Watcher(model, every, allow_dropout)
