@@ -36,6 +36,7 @@ case the numbers are those of the dropout-free alpha against the real u (the rec
 """
 from __future__ import annotations
 
+import contextlib
 import math
 import sys
 import time
@@ -46,9 +47,9 @@ from torch import nn
 from torch.overrides import TorchFunctionMode
 
 from numeric.api import attention_backward
-from numeric.experiments.frame import _js
 
 SDPA = F.scaled_dot_product_attention
+TINY = 1e-30  # log clamp, as frame._js
 
 
 class _SDPAMode(TorchFunctionMode):
@@ -119,25 +120,27 @@ def _merged_mask(attn_mask, key_padding_mask, q):
 
 
 def head_stats(q, k, v, u, mask, scale):
-    """Per-head summaries (lists over heads) of the closed forms at one call; q (..., H, L, E)."""
+    """Per-head summaries (lists over heads) of the closed forms at one call, q (..., H, L, E); also alpha
+    and log alpha (for drift). In-place where a buffer is not needed again: this runs in the backward."""
     with torch.no_grad():
         g = attention_backward(q, k, v, u, mask=mask, scale=scale, validate_inputs=False)
-        alpha, b, A, dV = g.alpha, g.B, g.A, g.dV  # (..., H, L, S) / (..., H, S, Ev)
-        alpha = alpha.expand(A.shape)
-        live = alpha.sum(-1) > 0  # rows with an attended key (..., H, L)
-        red = tuple(range(alpha.dim() - 3))  # batch dims
-        rows = lambda x: (torch.where(live, x, 0).sum(red + (-1,)) / live.sum(red + (-1,)).clamp_min(1))  # noqa: E731
-        amax = alpha.amax(-1)
-        entropy = -(alpha * torch.log(alpha.clamp_min(1e-300 if alpha.dtype == torch.float64 else 1e-30))).sum(-1)
-        lhs = A.abs().sum(-1)
-        bmax = torch.where(alpha > 0, b.abs(), 0).amax(-1)
-        slack = torch.where(live, 4 * (1 - amax) * bmax - lhs, math.inf)
+        alpha, b, A, dV = g.alpha.expand(g.A.shape), g.B, g.A, g.dV  # (..., H, L, S), dV (..., H, S, Ev)
+        red = tuple(range(A.dim() - 3))  # batch dims
+        amax = alpha.amax(-1)  # (..., H, L)
+        live = amax > 0  # rows with an attended key
+        rows = lambda x: torch.where(live, x, 0).sum(red + (-1,)) / live.sum(red + (-1,)).clamp_min(1)  # noqa: E731
+        log_a = alpha.clamp_min(TINY).log_()
+        entropy = -(alpha * log_a).sum(-1)
+        abs_a = A.abs()
+        lhs = abs_a.sum(-1)  # sum_j |dL/ds_ij|
+        bmax = b.abs_().masked_fill_(alpha == 0, 0).amax(-1)  # max |b_ij| over attended keys
+        slack = torch.where(live, 4 * (1 - amax) * bmax - lhs, math.inf)  # C9
         N = alpha.sum(-2)  # responsibilities (..., H, S)
-        norm = lambda x: x.square().sum(red + (-2, -1)).sqrt()  # noqa: E731
-        stats = dict(entropy=rows(entropy), saturation=rows(1 - amax), adv_max=A.abs().amax(red + (-2, -1)),
+        stats = dict(entropy=rows(entropy), saturation=rows(1 - amax), adv_max=abs_a.amax(red + (-2, -1)),
                      adv_row_l1=rows(lhs), resp_max=N.amax(-1).mean(red), resp_min=N.amin(-1).mean(red),
-                     c9_slack=slack.amin(red + (-1,)), dS_norm=norm(A), dV_norm=norm(dV))
-        return {key: t.tolist() for key, t in stats.items()}, alpha
+                     c9_slack=slack.amin(red + (-1,)), dS_norm=torch.linalg.vector_norm(A, dim=red + (-2, -1)),
+                     dV_norm=torch.linalg.vector_norm(dV, dim=red + (-2, -1)))
+        return {key: t.tolist() for key, t in stats.items()}, alpha, log_a
 
 
 class Watcher:
@@ -229,10 +232,10 @@ class Watcher:
             q, k, v, u = (t.unsqueeze(0) for t in (q, k, v, u))
         batch = torch.broadcast_shapes(q.shape[:-2], k.shape[:-2], v.shape[:-2])
         k, v = k.expand(*batch, *k.shape[-2:]), v.expand(*batch, *v.shape[-2:])  # per-head dV
-        stats, alpha = head_stats(q, k, v, u.detach(), mask, scale)
+        stats, alpha, log_a = head_stats(q, k, v, u.detach(), mask, scale)
         rec = dict(site=site[0], call=site[1], step=step, heads=q.shape[-3], dropout_p=p, **stats)
-        rec.update(_drift(self._prev.get(site), alpha, v))
-        self._prev[site] = (alpha, v)
+        rec.update(_drift(self._prev.get(site), alpha, log_a, v))
+        self._prev[site] = (alpha, log_a, v)
         self.records.append(rec)
 
     def summary(self):
@@ -246,18 +249,95 @@ class Watcher:
         return out
 
 
-def _drift(prev, alpha, v):
-    """JS divergence of attention rows and relative change of V against the site's previous record."""
-    if prev is None or prev[0].shape != alpha.shape or prev[1].shape != v.shape:
+def _drift(prev, alpha, log_a, v):
+    """JS divergence of attention rows (frame._js's expression, reusing the stored logs) and
+    ||V - V_prev|| / ||V_prev||, against the site's previous record (None at the first)."""
+    if prev is None or prev[0].shape != alpha.shape or prev[2].shape != v.shape:
         return dict(js=None, v_change=None)
+    p_alpha, p_log, p_v = prev
+    log_m = (alpha + p_alpha).mul_(0.5).clamp_min_(TINY).log_()
+    kl = lambda p, log_p: (log_p - log_m).mul_(p).sum(-1)  # noqa: E731
+    js = 0.5 * kl(alpha, log_a) + 0.5 * kl(p_alpha, p_log)
     red = tuple(range(alpha.dim() - 3)) + (-1,)
-    live = (alpha.sum(-1) > 0) & (prev[0].sum(-1) > 0)
-    js = torch.where(live, _js(alpha, prev[0]), 0).sum(red) / live.sum(red).clamp_min(1)
+    live = (alpha.sum(-1) > 0) & (p_alpha.sum(-1) > 0)
+    js = torch.where(live, js, 0).sum(red) / live.sum(red).clamp_min(1)
     dims = tuple(range(v.dim() - 3)) + (-2, -1)
-    change = (v - prev[1]).square().sum(dims).sqrt() / prev[1].square().sum(dims).sqrt().clamp_min(1e-30)
+    change = torch.linalg.vector_norm(v - p_v, dim=dims) / torch.linalg.vector_norm(p_v, dim=dims).clamp_min(1e-30)
     return dict(js=js.tolist(), v_change=change.tolist())
 
 
 def watch(model, every=1, *, allow_dropout=False):
     """A context manager recording attention statistics of `model` every `every` steps (see the module docstring)."""
     return Watcher(model, every, allow_dropout)
+
+
+def demo_model(seed=0):
+    """The benchmark's model: a 2-layer, 4-head causal nn.TransformerEncoder (d_model 64, float32, no dropout)."""
+    torch.manual_seed(seed)
+    layer = nn.TransformerEncoderLayer(64, 4, 256, dropout=0.0, batch_first=True)
+    return nn.TransformerEncoder(layer, 2, enable_nested_tensor=False)
+
+
+def _train(model, x, mask, steps):
+    opt = torch.optim.SGD(model.parameters(), lr=1e-3)
+    for _ in range(steps):
+        model(x, mask=mask, is_causal=True).square().mean().backward()
+        opt.step()
+        opt.zero_grad()
+
+
+def _inputs(batch=16, seq=128):
+    x = torch.randn(batch, seq, 64, generator=torch.Generator().manual_seed(1))
+    return x, nn.Transformer.generate_square_subsequent_mask(seq)
+
+
+def benchmark(every=10, steps=20, repeats=15):
+    """Training-step time with and without the watcher on demo_model (one thread; blocks of `steps`
+    steps, alternating, after one warm-up block each): per-step seconds (medians), the median of the
+    per-pair ratios, the peak-RSS increase of a fresh process (MiB) and the MiB the watcher holds
+    between records (alpha, log alpha and V per site, for drift)."""
+    import statistics
+    import subprocess
+    torch.set_num_threads(1)
+    x, mask = _inputs()
+    models = {False: demo_model(), True: demo_model()}
+    times = {False: [], True: []}
+    for _ in range(repeats + 1):
+        for on, model in models.items():
+            t0 = time.perf_counter()
+            with watch(model, every=every) if on else contextlib.nullcontext() as w:
+                _train(model, x, mask, steps)
+            times[on].append((time.perf_counter() - t0) / steps)
+    plain, watched = times[False][1:], times[True][1:]  # the first block is a warm-up
+    held = sum(t.nbytes for state in w._prev.values() for t in state) / 2**20
+    rss = [float(subprocess.run([sys.executable, "-m", "numeric.watch", "--rss", str(on), str(every)], check=True,
+                                capture_output=True, text=True).stdout) for on in (0, 1)]
+    return dict(step_s=statistics.median(plain), step_watched_s=statistics.median(watched),
+                ratio=statistics.median(b / a for a, b in zip(plain, watched)), peak_rss_mib=rss[0],
+                peak_rss_increase_mib=rss[1] - rss[0], held_mib=held)
+
+
+def _peak_rss(on, every, steps=20):
+    """Peak resident memory (MiB) of a fresh process training demo_model for `steps` steps."""
+    import resource
+    torch.set_num_threads(1)
+    x, mask = _inputs()
+    model = demo_model()
+    if on:
+        with watch(model, every=every):
+            _train(model, x, mask, steps)
+    else:
+        _train(model, x, mask, steps)
+    return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
+
+
+if __name__ == "__main__":
+    if sys.argv[1:2] == ["--rss"]:
+        print(_peak_rss(bool(int(sys.argv[2])), int(sys.argv[3])))
+    elif sys.argv[1:] == ["--bench"]:
+        r = benchmark()
+        print(f"step {r['step_s'] * 1e3:.1f} ms, watched (every=10) {r['step_watched_s'] * 1e3:.1f} ms: "
+              f"median ratio {r['ratio']:.3f}; peak RSS {r['peak_rss_mib']:.0f} MiB, +{r['peak_rss_increase_mib']:.1f} MiB; "
+              f"held between records {r['held_mib']:.1f} MiB")
+    else:
+        sys.exit("usage: python -m numeric.watch --bench")

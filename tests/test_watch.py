@@ -173,7 +173,7 @@ def test_multihead_attention_matches_reference(batch_first, padding, causal):
     kw = dict(key_padding_mask=kpm if padding else None,
               attn_mask=~torch.ones(L, L, dtype=torch.bool).tril() if causal else None)
     for need_weights in (True, False):
-        results, w = train_twice(mha, x, forward=lambda m: m(x, x, x, need_weights=need_weights, **kw)[0])
+        results, w = train_twice(mha, x, forward=lambda m, nw=need_weights: m(x, x, x, need_weights=nw, **kw)[0])
         assert_unchanged(results)
         saved = {}
         loss_of(explicit_mha(mha, x, x, x, saved=saved, **kw)).backward()
@@ -251,3 +251,16 @@ def test_dropout_and_bad_input_raise():
         watch(layer, every=0)
     with pytest.raises(TypeError, match="nn.Module"):
         watch(lambda x: x)
+
+
+def test_drift_is_frame_js():
+    from numeric.experiments.frame import _js
+    from numeric.watch import TINY, _drift
+    g = torch.Generator().manual_seed(0)
+    a, b = (torch.softmax(torch.randn(2, 3, 5, 6, generator=g, dtype=torch.float64), -1) for _ in range(2))
+    v0, v1 = (torch.randn(2, 3, 6, 4, generator=g, dtype=torch.float64) for _ in range(2))
+    logs = [t.clamp_min(TINY).log() for t in (a, b)]
+    d = _drift((b, logs[1], v1), a, logs[0], v0)
+    assert torch.allclose(torch.tensor(d["js"], dtype=torch.float64), _js(a, b).mean((0, 2)), rtol=1e-12)
+    assert torch.allclose(torch.tensor(d["v_change"], dtype=torch.float64),
+                          (v0 - v1).square().sum((0, 2, 3)).sqrt() / v1.square().sum((0, 2, 3)).sqrt())
