@@ -22,17 +22,24 @@ Sites:
   need_weights=False, and then out of a mode's sight). It is watched by module hooks instead: q, k, v
   are recomputed from its in-projection and the inputs, the masks merged as the module merges them,
   and u = (dL/d output) W_out, the gradient at the heads' concatenated output.
-A site is named by the module path of the innermost module running it (\"\" for the root) and its call
-index within the step.
+A site is named by the module path of the innermost module running it ('' for the root) and its call
+index within the step. SDPA's is_causal (top-left causal mask), attn_mask (bool: True = attend; float:
+added), scale (None = 1/sqrt(E)) and enable_gqa (k, v heads repeated as SDPA repeats them) are honoured.
 
-Recorded per head (means over the batch and over rows with at least one attended key):
-entropy and saturation 1 - max_j alpha_ij of the attention rows; the advantage's max |A_ij| and the
-mean row sum sum_j |A_ij|; responsibilities N_j = sum_i alpha_ij (max and min over keys); the C9 slack
-4 (1 - max_j alpha_ij) max_j |b_ij| - sum_j |dL/ds_ij| (its minimum over rows; >= 0 up to rounding; the
-max over attended keys); Frobenius norms of dL/dS (routing) and dL/dV (values); and drift from the
-previous record of the same site: the Jensen-Shannon divergence of attention rows and
-||V - V_prev|| / ||V_prev||. With dropout_p > 0 the watcher raises unless allow_dropout=True, in which
-case the numbers are those of the dropout-free alpha against the real u (the record says dropout_p).
+`w.records` holds one dict per site and recorded step (written when the backward reaches the site):
+site, call, step, heads, dropout_p, and lists over heads of
+- entropy, saturation: mean over batch and live rows (rows with an attended key) of -sum_j alpha_ij
+  log alpha_ij and of 1 - max_j alpha_ij;
+- adv_max: max |A_ij| over batch and rows, A = alpha (b - bbar) = dL/dS (C1); adv_row_l1: mean over
+  live rows of sum_j |A_ij|;
+- resp_max, resp_min: mean over batch of max_j N_j and min_j N_j, N_j = sum_i alpha_ij (C2);
+- c9_slack: min over batch and live rows of 4 (1 - max_j alpha_ij) max_j |b_ij| - sum_j |A_ij| (C9; the
+  max over attended keys); >= 0 up to rounding;
+- dS_norm, dV_norm: Frobenius norms over batch of dL/dS (routing) and dL/dV (values);
+- js, v_change: drift from the previous record of the same site (None at the first): mean over live
+  rows of the Jensen-Shannon divergence (nats) of alpha rows, and ||V - V_prev|| / ||V_prev||.
+With dropout_p > 0 the watcher raises unless allow_dropout=True; then the numbers are those of the
+dropout-free alpha against the real u. `python -m numeric.watch --bench` measures the overhead.
 """
 from __future__ import annotations
 
@@ -119,28 +126,92 @@ def _merged_mask(attn_mask, key_padding_mask, q):
     return total
 
 
-def head_stats(q, k, v, u, mask, scale):
-    """Per-head summaries (lists over heads) of the closed forms at one call, q (..., H, L, E); also alpha
-    and log alpha (for drift). In-place where a buffer is not needed again: this runs in the backward."""
+CHUNK = 2**18  # score entries per chunk of the batch: the temporaries stay small enough for the cache
+
+
+def flat_batch(q, k, v, u, mask):
+    """q, k, v, u as (B, H, n, d) (batch dims flattened, k and v expanded to q's heads) and the mask as
+    (1 or B, 1 or H, L, S), views where possible, so the batch can be processed in chunks."""
+    while q.dim() < 4:  # unbatched: (L, E) or (H, L, E)
+        q, k, v, u = (t.unsqueeze(0) for t in (q, k, v, u))
+    batch = torch.broadcast_shapes(q.shape[:-2], k.shape[:-2], v.shape[:-2])
+    q, k, v, u = (t.expand(*batch, *t.shape[-2:]).flatten(0, -4) for t in (q, k, v, u))
+    if mask is not None:
+        mask = mask.reshape((1,) * (len(batch) + 2 - mask.dim()) + tuple(mask.shape))
+        lead = mask.shape[:-3]
+        mask = mask.reshape(1, *mask.shape[-3:]) if all(n == 1 for n in lead) else \
+            mask.expand(*batch[:-1], *mask.shape[-3:]).flatten(0, -4)
+    return q, k, v, u, mask
+
+
+def _chunk_stats(q, k, v, u, mask, scale, prev):
+    """Per-head partial sums, maxima and minima of one batch chunk (see Watcher), with alpha and log alpha."""
+    g = attention_backward(q, k, v, u, mask=mask, scale=scale, validate_inputs=False)
+    alpha, b, A = g.alpha.expand(g.A.shape), g.B, g.A  # (c, H, L, S)
+    amax = alpha.amax(-1)  # (c, H, L)
+    live = amax > 0  # rows with an attended key
+    rows = lambda x, keep=live: torch.where(keep, x, 0).sum((0, -1))  # noqa: E731
+    log_a = alpha.clamp_min(TINY).log_()
+    abs_a = A.abs()
+    lhs = abs_a.sum(-1)  # sum_j |dL/ds_ij|
+    bmax = b.abs_().masked_fill_(alpha == 0, 0).amax(-1)  # max |b_ij| over attended keys
+    N = alpha.sum(-2)  # responsibilities (c, H, S)
+    out = dict(live=live.sum((0, -1)), entropy=rows(-(alpha * log_a).sum(-1)), saturation=rows(1 - amax),
+               adv_max=abs_a.amax((0, -2, -1)), adv_row_l1=rows(lhs), resp_max=N.amax(-1).sum(0),
+               resp_min=N.amin(-1).sum(0), c9_slack=torch.where(live, 4 * (1 - amax) * bmax - lhs, math.inf).amin((0, -1)),
+               dS_norm=A.square().sum((0, -2, -1)), dV_norm=g.dV.square().sum((0, -2, -1)))
+    if prev is not None and prev[0].shape == alpha.shape:
+        both = live & (prev[0].sum(-1) > 0)
+        out.update(js=rows(_js(alpha, log_a, *prev), both), js_live=both.sum((0, -1)))
+    return out, alpha, log_a
+
+
+def _js(p, log_p, q, log_q):
+    """Jensen-Shannon divergence (nats) of last-axis distributions: frame._js's expression, given the logs."""
+    log_m = (p + q).mul_(0.5).clamp_min_(TINY).log_()
+    return 0.5 * (log_p - log_m).mul_(p).sum(-1) + 0.5 * (log_q - log_m).mul_(q).sum(-1)
+
+
+def head_stats(q, k, v, u, mask, scale, prev=None):
+    """Per-head record entries (lists over heads) at one call, from the generated closed forms, computed
+    in chunks of the batch; prev = the site's previous (alpha chunks, log alpha chunks, V) for drift.
+    Returns the entries and this call's state for the next drift."""
+    q, k, v, u, mask = flat_batch(q, k, v, u, mask)
+    step = max(1, CHUNK // (q.shape[1] * q.shape[2] * k.shape[2]))
+    parts, alphas, logs = [], [], []
     with torch.no_grad():
-        g = attention_backward(q, k, v, u, mask=mask, scale=scale, validate_inputs=False)
-        alpha, b, A, dV = g.alpha.expand(g.A.shape), g.B, g.A, g.dV  # (..., H, L, S), dV (..., H, S, Ev)
-        red = tuple(range(A.dim() - 3))  # batch dims
-        amax = alpha.amax(-1)  # (..., H, L)
-        live = amax > 0  # rows with an attended key
-        rows = lambda x: torch.where(live, x, 0).sum(red + (-1,)) / live.sum(red + (-1,)).clamp_min(1)  # noqa: E731
-        log_a = alpha.clamp_min(TINY).log_()
-        entropy = -(alpha * log_a).sum(-1)
-        abs_a = A.abs()
-        lhs = abs_a.sum(-1)  # sum_j |dL/ds_ij|
-        bmax = b.abs_().masked_fill_(alpha == 0, 0).amax(-1)  # max |b_ij| over attended keys
-        slack = torch.where(live, 4 * (1 - amax) * bmax - lhs, math.inf)  # C9
-        N = alpha.sum(-2)  # responsibilities (..., H, S)
-        stats = dict(entropy=rows(entropy), saturation=rows(1 - amax), adv_max=abs_a.amax(red + (-2, -1)),
-                     adv_row_l1=rows(lhs), resp_max=N.amax(-1).mean(red), resp_min=N.amin(-1).mean(red),
-                     c9_slack=slack.amin(red + (-1,)), dS_norm=torch.linalg.vector_norm(A, dim=red + (-2, -1)),
-                     dV_norm=torch.linalg.vector_norm(dV, dim=red + (-2, -1)))
-        return {key: t.tolist() for key, t in stats.items()}, alpha, log_a
+        for i, c in enumerate(range(0, q.shape[0], step)):
+            sl = slice(c, c + step)
+            m = mask if mask is None or mask.shape[0] == 1 else mask[sl]
+            old = (prev[0][i], prev[1][i]) if prev is not None and i < len(prev[0]) else None
+            part, alpha, log_a = _chunk_stats(q[sl], k[sl], v[sl], u[sl], m, scale, old)
+            parts.append(part), alphas.append(alpha), logs.append(log_a)
+        out = _combine(parts, q.shape[0])
+        out.update(_v_change(prev, v) if "js" in out else dict(v_change=None))
+    return out, (alphas, logs, v)
+
+
+def _combine(parts, batch):
+    """Chunk partials -> per-head entries: means over live rows or the batch, maxima, minima, norms."""
+    cat = {key: torch.stack([p[key] for p in parts]) for key in parts[0]}
+    live = cat["live"].sum(0).clamp_min(1)
+    out = {key: cat[key].sum(0) / live for key in ("entropy", "saturation", "adv_row_l1")}
+    out.update(adv_max=cat["adv_max"].amax(0), c9_slack=cat["c9_slack"].amin(0),
+               resp_max=cat["resp_max"].sum(0) / batch, resp_min=cat["resp_min"].sum(0) / batch,
+               dS_norm=cat["dS_norm"].sum(0).sqrt(), dV_norm=cat["dV_norm"].sum(0).sqrt())
+    out = {key: t.tolist() for key, t in out.items()}
+    full = "js" in cat and len(cat["js"]) == len(parts)
+    out["js"] = (cat["js"].sum(0) / cat["js_live"].sum(0).clamp_min(1)).tolist() if full else None
+    return {key: x for key, x in out.items() if key != "js" or x is not None}
+
+
+def _v_change(prev, v):
+    """||V - V_prev|| / ||V_prev|| per head (None when the shapes differ)."""
+    if prev[2].shape != v.shape:
+        return dict(js=None, v_change=None)
+    dims = (0, -2, -1)
+    change = torch.linalg.vector_norm(v - prev[2], dim=dims) / torch.linalg.vector_norm(prev[2], dim=dims).clamp_min(1e-30)
+    return dict(v_change=change.tolist())
 
 
 class Watcher:
@@ -228,15 +299,10 @@ class Watcher:
         out.register_hook(lambda g: self._record(site, step, q, k, v, to_u(g), mask, scale, p))
 
     def _record(self, site, step, q, k, v, u, mask, scale, p):
-        if q.dim() == 2:  # one unbatched head
-            q, k, v, u = (t.unsqueeze(0) for t in (q, k, v, u))
-        batch = torch.broadcast_shapes(q.shape[:-2], k.shape[:-2], v.shape[:-2])
-        k, v = k.expand(*batch, *k.shape[-2:]), v.expand(*batch, *v.shape[-2:])  # per-head dV
-        stats, alpha, log_a = head_stats(q, k, v, u.detach(), mask, scale)
-        rec = dict(site=site[0], call=site[1], step=step, heads=q.shape[-3], dropout_p=p, **stats)
-        rec.update(_drift(self._prev.get(site), alpha, log_a, v))
-        self._prev[site] = (alpha, log_a, v)
-        self.records.append(rec)
+        stats, self._prev[site] = head_stats(q, k, v, u.detach(), mask, scale, self._prev.get(site))
+        stats.setdefault("js", None)
+        heads = q.shape[-3] if q.dim() > 2 else 1
+        self.records.append(dict(site=site[0], call=site[1], step=step, heads=heads, dropout_p=p, **stats))
 
     def summary(self):
         """{site: {quantity: mean over heads, last recorded step}} for each (site, call)."""
@@ -247,23 +313,6 @@ class Watcher:
                         for name, x in rec.items() if name not in ("site", "call", "heads", "dropout_p")}
             out[key]["c9_slack"] = min(rec["c9_slack"])
         return out
-
-
-def _drift(prev, alpha, log_a, v):
-    """JS divergence of attention rows (frame._js's expression, reusing the stored logs) and
-    ||V - V_prev|| / ||V_prev||, against the site's previous record (None at the first)."""
-    if prev is None or prev[0].shape != alpha.shape or prev[2].shape != v.shape:
-        return dict(js=None, v_change=None)
-    p_alpha, p_log, p_v = prev
-    log_m = (alpha + p_alpha).mul_(0.5).clamp_min_(TINY).log_()
-    kl = lambda p, log_p: (log_p - log_m).mul_(p).sum(-1)  # noqa: E731
-    js = 0.5 * kl(alpha, log_a) + 0.5 * kl(p_alpha, p_log)
-    red = tuple(range(alpha.dim() - 3)) + (-1,)
-    live = (alpha.sum(-1) > 0) & (p_alpha.sum(-1) > 0)
-    js = torch.where(live, js, 0).sum(red) / live.sum(red).clamp_min(1)
-    dims = tuple(range(v.dim() - 3)) + (-2, -1)
-    change = torch.linalg.vector_norm(v - p_v, dim=dims) / torch.linalg.vector_norm(p_v, dim=dims).clamp_min(1e-30)
-    return dict(js=js.tolist(), v_change=change.tolist())
 
 
 def watch(model, every=1, *, allow_dropout=False):
@@ -309,7 +358,7 @@ def benchmark(every=10, steps=20, repeats=15):
                 _train(model, x, mask, steps)
             times[on].append((time.perf_counter() - t0) / steps)
     plain, watched = times[False][1:], times[True][1:]  # the first block is a warm-up
-    held = sum(t.nbytes for state in w._prev.values() for t in state) / 2**20
+    held = sum(t.nbytes for alphas, logs, v in w._prev.values() for t in (*alphas, *logs, v)) / 2**20
     rss = [float(subprocess.run([sys.executable, "-m", "numeric.watch", "--rss", str(on), str(every)], check=True,
                                 capture_output=True, text=True).stdout) for on in (0, 1)]
     return dict(step_s=statistics.median(plain), step_watched_s=statistics.median(watched),
@@ -318,8 +367,8 @@ def benchmark(every=10, steps=20, repeats=15):
 
 
 def _peak_rss(on, every, steps=20):
-    """Peak resident memory (MiB) of a fresh process training demo_model for `steps` steps."""
-    import resource
+    """Peak resident memory (MiB) of this process after training demo_model for `steps` steps: VmHWM
+    (Linux), which starts afresh at exec, unlike ru_maxrss, which a child inherits from its parent."""
     torch.set_num_threads(1)
     x, mask = _inputs()
     model = demo_model()
@@ -328,7 +377,8 @@ def _peak_rss(on, every, steps=20):
             _train(model, x, mask, steps)
     else:
         _train(model, x, mask, steps)
-    return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
+    with open("/proc/self/status") as f:
+        return next(int(line.split()[1]) for line in f if line.startswith("VmHWM:")) / 1024
 
 
 if __name__ == "__main__":

@@ -255,12 +255,27 @@ def test_dropout_and_bad_input_raise():
 
 def test_drift_is_frame_js():
     from numeric.experiments.frame import _js
-    from numeric.watch import TINY, _drift
+    from numeric.watch import TINY
+    from numeric.watch import _js as js_from_logs
     g = torch.Generator().manual_seed(0)
     a, b = (torch.softmax(torch.randn(2, 3, 5, 6, generator=g, dtype=torch.float64), -1) for _ in range(2))
-    v0, v1 = (torch.randn(2, 3, 6, 4, generator=g, dtype=torch.float64) for _ in range(2))
     logs = [t.clamp_min(TINY).log() for t in (a, b)]
-    d = _drift((b, logs[1], v1), a, logs[0], v0)
-    assert torch.allclose(torch.tensor(d["js"], dtype=torch.float64), _js(a, b).mean((0, 2)), rtol=1e-12)
-    assert torch.allclose(torch.tensor(d["v_change"], dtype=torch.float64),
-                          (v0 - v1).square().sum((0, 2, 3)).sqrt() / v1.square().sum((0, 2, 3)).sqrt())
+    assert torch.allclose(js_from_logs(a, logs[0], b, logs[1]), _js(a, b), rtol=1e-12, atol=0)
+
+
+def test_chunked_batch_equals_one_chunk(monkeypatch):
+    import numeric.watch as W
+    torch.manual_seed(0)
+    model = SelfAttention("bool").double()
+    x = torch.randn(N, L, D, dtype=torch.float64)
+    records = []
+    for chunk in (10**9, 2 * H * L * L):  # one chunk; two sequences a chunk
+        monkeypatch.setattr(W, "CHUNK", chunk)
+        m = copy.deepcopy(model)
+        with watch(m) as w:
+            for _ in range(2):
+                loss_of(m(x)).backward()
+                m.qkv.weight.data += 0.01 * m.qkv.weight.grad
+        records.append(w.records[1])
+    for key, value in records[0].items():
+        assert value == pytest.approx(records[1][key], rel=1e-12, abs=1e-15), key
