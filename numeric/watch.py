@@ -225,6 +225,7 @@ class Watcher:
         self.model, self.every, self.allow_dropout = model, every, allow_dropout
         self.records, self.step_index, self.recording = [], -1, False
         self._stack, self._mha_depth, self._calls, self._prev, self._handles, self._mode = [], 0, 0, {}, [], None
+        self._mha_calls = {}  # module -> (args, kwargs) of its call in progress
 
     @property
     def in_mha(self):
@@ -232,9 +233,10 @@ class Watcher:
 
     def __enter__(self):
         for name, mod in self.model.named_modules():
+            if isinstance(mod, nn.MultiheadAttention) and (mod.bias_k is not None or mod.add_zero_attn):
+                raise ValueError(f"watch: nn.MultiheadAttention '{name}' uses add_bias_kv/add_zero_attn, not supported")
+        for name, mod in self.model.named_modules():
             if isinstance(mod, nn.MultiheadAttention):
-                if mod.bias_k is not None or mod.add_zero_attn:
-                    raise ValueError(f"watch: nn.MultiheadAttention '{name}' uses add_bias_kv/add_zero_attn, not supported")
                 self._handles += [mod.register_forward_pre_hook(self._mha_pre, with_kwargs=True),
                                   mod.register_forward_hook(self._mha_post, with_kwargs=True)]
             self._handles += [mod.register_forward_pre_hook(self._push(name)), mod.register_forward_hook(self._pop)]
@@ -253,7 +255,8 @@ class Watcher:
     def _begin_step(self, mod, args):
         if torch.is_grad_enabled():
             self.step_index += 1
-            self.recording, self._calls, self._mha_depth = self.step_index % self.every == 0, 0, 0
+            self.recording, self._calls = self.step_index % self.every == 0, 0
+            self._stack, self._mha_depth = [], 0  # clean after a forward that raised
 
     def _push(self, name):
         def hook(mod, args):
@@ -265,11 +268,11 @@ class Watcher:
 
     def _mha_pre(self, mod, args, kwargs):
         self._mha_depth += 1
-        mod._watch_call = (args, kwargs) if self.recording else None
+        self._mha_calls[mod] = (args, kwargs) if self.recording else None
 
     def _mha_post(self, mod, args, kwargs, out):
         self._mha_depth -= 1
-        call, mod._watch_call = mod._watch_call, None
+        call = self._mha_calls.pop(mod, None)
         if call is None or not out[0].requires_grad:
             return
         with torch.no_grad():
@@ -305,7 +308,7 @@ class Watcher:
         self.records.append(dict(site=site[0], call=site[1], step=step, heads=heads, dropout_p=p, **stats))
 
     def summary(self):
-        """{site: {quantity: mean over heads, last recorded step}} for each (site, call)."""
+        """{'site#call': {quantity: mean over heads (c9_slack: min), from the site's last record}}."""
         out = {}
         for rec in self.records:
             key = f"{rec['site'] or '<root>'}#{rec['call']}"

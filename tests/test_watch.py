@@ -279,3 +279,12 @@ def test_chunked_batch_equals_one_chunk(monkeypatch):
         records.append(w.records[1])
     for key, value in records[0].items():
         assert value == pytest.approx(records[1][key], rel=1e-12, abs=1e-15), key
+
+
+def test_unsupported_multihead_attention_raises_and_leaves_no_hooks():
+    model = nn.Sequential(nn.Linear(D, D), nn.MultiheadAttention(D, H, add_bias_kv=True))
+    with pytest.raises(ValueError, match="add_bias_kv"):
+        with watch(model):
+            pass
+    assert all(not m._forward_pre_hooks and not m._forward_hooks for m in model.modules())
+    assert torch._C._len_torch_function_stack() == 0
