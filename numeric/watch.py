@@ -13,7 +13,8 @@ generated kernels (numeric.api.attention_backward) give alpha, B = u v^T, the ad
 and dL/dV (C2), so the recorded numbers are the proved closed forms on the model's own tensors.
 
 Sites:
-- torch.nn.functional.scaled_dot_product_attention (SDPA) is intercepted by a TorchFunctionMode. A mode
+- torch.nn.functional.scaled_dot_product_attention (SDPA) is intercepted by a TorchFunctionMode, pushed
+  for the model's forward on recorded steps only (a mode costs a Python call per torch function). A mode
   sees every call made under it, whatever name the caller imported SDPA under (patching the attribute
   would miss `from torch.nn.functional import scaled_dot_product_attention`), and it calls the
   original function with the original arguments, so outputs and gradients are bitwise unchanged.
@@ -225,7 +226,7 @@ class Watcher:
         self.model, self.every, self.allow_dropout = model, every, allow_dropout
         self.records, self.step_index, self.recording = [], -1, False
         self._stack, self._mha_depth, self._calls, self._prev, self._handles, self._mode = [], 0, 0, {}, [], None
-        self._mha_calls = {}  # module -> (args, kwargs) of its call in progress
+        self._mha_calls, self._mode_on = {}, False  # module -> (args, kwargs) of its call in progress
 
     @property
     def in_mha(self):
@@ -240,23 +241,34 @@ class Watcher:
                 self._handles += [mod.register_forward_pre_hook(self._mha_pre, with_kwargs=True),
                                   mod.register_forward_hook(self._mha_post, with_kwargs=True)]
             self._handles += [mod.register_forward_pre_hook(self._push(name)), mod.register_forward_hook(self._pop)]
-        self._handles.append(self.model.register_forward_pre_hook(self._begin_step, prepend=True))
+        self._handles += [self.model.register_forward_pre_hook(self._begin_step, prepend=True),
+                          self.model.register_forward_hook(self._end_forward)]
         self._mode = _SDPAMode(self)
-        self._mode.__enter__()
         return self
 
     def __exit__(self, *exc):
-        self._mode.__exit__(*exc)
+        self._end_forward()
         for h in self._handles:
             h.remove()
         self._handles, self._mode, self.recording = [], None, False
         return False
 
     def _begin_step(self, mod, args):
+        """A grad-enabled forward of the model is a step; the SDPA mode is pushed for recorded steps only
+        (a mode costs a Python call per torch function)."""
         if torch.is_grad_enabled():
+            self._end_forward()  # after a forward that raised
             self.step_index += 1
             self.recording, self._calls = self.step_index % self.every == 0, 0
-            self._stack, self._mha_depth = [], 0  # clean after a forward that raised
+            self._stack, self._mha_depth = [], 0
+            if self.recording:
+                self._mode.__enter__()
+                self._mode_on = True
+
+    def _end_forward(self, *hook_args):
+        if self._mode_on:
+            self._mode.__exit__(None, None, None)
+            self._mode_on = False
 
     def _push(self, name):
         def hook(mod, args):

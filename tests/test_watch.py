@@ -206,6 +206,7 @@ def test_slack_every_and_detach():
         for _ in range(7):
             loss_of(model(x)).backward()
             opt.step(), opt.zero_grad()
+            assert torch._C._len_torch_function_stack() == 0  # the mode lives only inside a recorded forward
         with torch.no_grad():
             model(x)  # not a step
     assert [r["step"] for r in w.records] == [0, 3, 6]
