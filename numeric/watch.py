@@ -397,12 +397,14 @@ def _peak_rss(on, every, steps=20):
 
 
 if __name__ == "__main__":
-    if sys.argv[1:2] == ["--rss"]:
-        print(_peak_rss(bool(int(sys.argv[2])), int(sys.argv[3])))
-    elif sys.argv[1:] == ["--bench"]:
-        r = benchmark()
-        print(f"step {r['step_s'] * 1e3:.1f} ms, watched (every=10) {r['step_watched_s'] * 1e3:.1f} ms: "
+    args = sys.argv[1:]
+    if args[:1] == ["--rss"]:
+        print(_peak_rss(bool(int(args[1])), int(args[2])))
+    elif args[:1] == ["--bench"] and (len(args) == 1 or (len(args) == 3 and args[1] == "--every" and args[2].isdigit())):
+        k = int(args[2]) if len(args) == 3 else 10
+        r = benchmark(every=k, steps=max(20, 2 * k))
+        print(f"step {r['step_s'] * 1e3:.1f} ms, watched (every={k}) {r['step_watched_s'] * 1e3:.1f} ms: "
               f"median ratio {r['ratio']:.3f}; peak RSS {r['peak_rss_mib']:.0f} MiB, +{r['peak_rss_increase_mib']:.1f} MiB; "
               f"held between records {r['held_mib']:.1f} MiB")
     else:
-        sys.exit("usage: python -m numeric.watch --bench")
+        sys.exit("usage: python -m numeric.watch --bench [--every K]")
