@@ -360,9 +360,17 @@ def benchmark(every=10, steps=20, repeats=15):
     steps, alternating, after one warm-up block each): per-step seconds (medians), the median of the
     per-pair ratios, the peak-RSS increase of a fresh process (MiB) and the MiB the watcher holds
     between records (alpha, log alpha and V per site, for drift)."""
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)
+    try:
+        return _benchmark(every, steps, repeats)
+    finally:
+        torch.set_num_threads(threads)
+
+
+def _benchmark(every, steps, repeats):
     import statistics
     import subprocess
-    torch.set_num_threads(1)
     x, mask = _inputs()
     models = {False: demo_model(), True: demo_model()}
     times = {False: [], True: []}

@@ -289,3 +289,10 @@ def test_unsupported_multihead_attention_raises_and_leaves_no_hooks():
             pass
     assert all(not m._forward_pre_hooks and not m._forward_hooks for m in model.modules())
     assert torch._C._len_torch_function_stack() == 0
+
+
+@pytest.mark.slow
+def test_benchmark_reports_ratio_and_memory():
+    from numeric.watch import benchmark
+    r = benchmark(every=2, steps=2, repeats=1)
+    assert r["ratio"] > 0 and r["step_s"] > 0 and r["held_mib"] > 0 and r["peak_rss_mib"] > 0
