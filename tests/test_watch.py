@@ -1,0 +1,298 @@
+"""numeric.watch: the recorded closed forms equal autograd on the same module, and watching changes nothing."""
+import copy
+import math
+
+import pytest
+import torch
+import torch.nn.functional as F
+from torch import nn
+
+from numeric.watch import watch
+
+D, H, N, L = 16, 4, 3, 7
+TOL = 1e-10
+
+
+class SelfAttention(nn.Module):
+    """Multi-head self-attention through SDPA, or (explicit=True) an explicit softmax whose scores keep their grad."""
+
+    def __init__(self, mask_kind="causal"):
+        super().__init__()
+        self.qkv, self.out, self.mask_kind, self.explicit, self.saved = nn.Linear(D, 3 * D), nn.Linear(D, D), mask_kind, False, {}
+        g = torch.Generator().manual_seed(1)
+        self.bool_mask = torch.rand(L, L, generator=g) > 0.3
+        self.bool_mask[:, 0] = True
+        self.float_mask = torch.randn(L, L, generator=g, dtype=torch.float64)
+
+    def forward(self, x):
+        q, k, v = (t.reshape(N, L, H, D // H).transpose(1, 2) for t in self.qkv(x).chunk(3, -1))  # (N, H, L, hd)
+        if self.explicit:
+            o = self._explicit(q, k, v)
+        elif self.mask_kind == "causal":
+            o = F.scaled_dot_product_attention(q, k, v, is_causal=True)
+        else:
+            mask = self.bool_mask if self.mask_kind == "bool" else self.float_mask
+            o = F.scaled_dot_product_attention(q, k, v, attn_mask=mask, scale=0.7)
+        return self.out(o.transpose(1, 2).reshape(N, L, D))
+
+    def _explicit(self, q, k, v):
+        scale = 1 / math.sqrt(D // H) if self.mask_kind == "causal" else 0.7
+        s = q @ k.mT * scale
+        if self.mask_kind == "float":
+            s = s + self.float_mask
+        else:
+            keep = torch.ones(L, L, dtype=torch.bool).tril() if self.mask_kind == "causal" else self.bool_mask
+            s = s.masked_fill(~keep, -math.inf)
+        s.retain_grad(), v.retain_grad()
+        alpha = torch.softmax(s, -1)
+        o = alpha @ v
+        o.retain_grad()
+        self.saved = dict(s=s, alpha=alpha, v=v, o=o)
+        return o
+
+
+def explicit_mha(mod, query, key, value, attn_mask=None, key_padding_mask=None, saved=None, **_):
+    """nn.MultiheadAttention's forward written out, keeping scores, v and the head outputs for autograd."""
+    if mod.batch_first:
+        query, key, value = (x.transpose(0, 1) for x in (query, key, value))
+    Lq, Nb, E = query.shape
+    hd = E // mod.num_heads
+    ws, bs = mod.in_proj_weight.chunk(3), mod.in_proj_bias.chunk(3)
+    q, k, v = (F.linear(x, w, b).reshape(x.shape[0], Nb, mod.num_heads, hd).permute(1, 2, 0, 3)
+               for x, w, b in zip((query, key, value), ws, bs))
+    s = q @ k.mT / math.sqrt(hd)
+    for m, view in ((attn_mask, (1, 1, Lq, -1)), (key_padding_mask, (Nb, 1, 1, -1))):
+        if m is not None:
+            s = s.masked_fill(m.view(view), -math.inf) if m.dtype == torch.bool else s + m.view(view)
+    s.retain_grad(), v.retain_grad()
+    alpha = torch.softmax(s, -1)
+    o = alpha @ v
+    o.retain_grad()
+    saved.update(s=s, alpha=alpha, v=v, o=o)
+    y = mod.out_proj(o.permute(2, 0, 1, 3).reshape(Lq, Nb, E))
+    return y.transpose(0, 1) if mod.batch_first else y
+
+
+def reference(saved):
+    """The recorded quantities from autograd's dL/ds and dL/dv on the explicit model (lists over heads)."""
+    alpha, A, dV = saved["alpha"], saved["s"].grad, saved["v"].grad
+    amax = alpha.amax(-1)
+    ent = -(alpha * torch.log(alpha.clamp_min(1e-300))).sum(-1)
+    norm = lambda t: t.square().sum((0, 2, 3)).sqrt()  # noqa: E731
+    return dict(entropy=ent.mean((0, 2)), saturation=(1 - amax).mean((0, 2)), adv_max=A.abs().amax((0, 2, 3)),
+                adv_row_l1=A.abs().sum(-1).mean((0, 2)), resp_max=alpha.sum(-2).amax(-1).mean(0),
+                resp_min=alpha.sum(-2).amin(-1).mean(0), dS_norm=norm(A), dV_norm=norm(dV))
+
+
+def assert_matches(rec, ref, keys=None):
+    for key in keys or ref:
+        assert torch.allclose(torch.tensor(rec[key], dtype=torch.float64), ref[key], rtol=TOL, atol=TOL), key
+
+
+def loss_of(y):
+    w = torch.linspace(-1, 1, y.numel(), dtype=y.dtype).reshape(y.shape)
+    return (y * w).sum() + y.square().sum()
+
+
+def train_twice(model, x, every=1, steps=1, forward=None):
+    """(outputs, grads) without and with the watcher on identical copies, and the watcher."""
+    forward = forward or (lambda m: m(x))
+    results, w = [], None
+    for watched in (False, True):
+        m = copy.deepcopy(model)
+        outs = []
+        with watch(m, every=every) if watched else _null() as w_:
+            for _ in range(steps):
+                y = forward(m)
+                loss_of(y).backward()
+                outs.append(y.detach())
+        w = w_ if watched else w
+        results.append((outs, [p.grad for p in m.parameters()]))
+    return results, w
+
+
+class _null:
+    def __enter__(self):
+        return None
+
+    def __exit__(self, *exc):
+        return False
+
+
+def assert_unchanged(results):
+    (outs0, grads0), (outs1, grads1) = results
+    assert all(torch.equal(a, b) for a, b in zip(outs0, outs1))
+    assert all(torch.equal(a, b) for a, b in zip(grads0, grads1))
+
+
+@pytest.mark.parametrize("mask_kind", ["causal", "bool", "float"])
+def test_sdpa_model_matches_autograd_and_is_unchanged(mask_kind):
+    torch.manual_seed(0)
+    model = SelfAttention(mask_kind).double()
+    x = torch.randn(N, L, D, dtype=torch.float64)
+    results, w = train_twice(model, x)
+    assert_unchanged(results)
+    ref_model = copy.deepcopy(model)
+    ref_model.explicit = True
+    loss_of(ref_model(x)).backward()
+    (rec,) = w.records
+    assert (rec["site"], rec["call"], rec["step"], rec["heads"]) == ("", 0, 0, H)
+    assert_matches(rec, reference(ref_model.saved))
+
+
+def test_negative_control_uniform_baseline_differs():
+    torch.manual_seed(0)
+    model = SelfAttention("causal").double()
+    x = torch.randn(N, L, D, dtype=torch.float64)
+    with watch(model) as w:
+        loss_of(model(x)).backward()
+    model.explicit = True
+    loss_of(model(x)).backward()
+    sv = model.saved
+    B = sv["o"].grad @ sv["v"].detach().mT
+    keep = torch.ones(L, L, dtype=torch.bool).tril()
+    uniform = torch.where(keep, B, 0).sum(-1, keepdim=True) / keep.sum(-1, keepdim=True)  # wrong baseline
+    wrong = sv["alpha"] * (B - uniform)
+    ref = reference(sv)
+    bad = dict(ref, adv_max=wrong.abs().amax((0, 2, 3)), dS_norm=wrong.square().sum((0, 2, 3)).sqrt())
+    assert_matches(w.records[0], ref, ["adv_max", "dS_norm"])
+    with pytest.raises(AssertionError):
+        assert_matches(w.records[0], bad, ["adv_max", "dS_norm"])
+
+
+@pytest.mark.parametrize("batch_first", [True, False])
+@pytest.mark.parametrize("padding", [False, True])
+@pytest.mark.parametrize("causal", [False, True])
+def test_multihead_attention_matches_reference(batch_first, padding, causal):
+    torch.manual_seed(0)
+    mha = nn.MultiheadAttention(D, H, batch_first=batch_first).double()
+    x = torch.randn(N, L, D, dtype=torch.float64)
+    x = x if batch_first else x.transpose(0, 1)
+    kpm = torch.zeros(N, L, dtype=torch.bool)
+    kpm[0, -2:] = True
+    kw = dict(key_padding_mask=kpm if padding else None,
+              attn_mask=~torch.ones(L, L, dtype=torch.bool).tril() if causal else None)
+    for need_weights in (True, False):
+        results, w = train_twice(mha, x, forward=lambda m, nw=need_weights: m(x, x, x, need_weights=nw, **kw)[0])
+        assert_unchanged(results)
+        saved = {}
+        loss_of(explicit_mha(mha, x, x, x, saved=saved, **kw)).backward()
+        (rec,) = w.records
+        assert rec["site"] == "" and rec["heads"] == H
+        assert_matches(rec, reference(saved))
+
+
+def test_transformer_encoder_layer():
+    torch.manual_seed(0)
+    layer = nn.TransformerEncoderLayer(D, H, 2 * D, dropout=0.0, batch_first=True).double()
+    x = torch.randn(N, L, D, dtype=torch.float64)
+    mask = nn.Transformer.generate_square_subsequent_mask(L, dtype=torch.float64)
+    results, w = train_twice(layer, x, forward=lambda m: m(x, src_mask=mask, is_causal=True))
+    assert_unchanged(results)
+    ref, saved = copy.deepcopy(layer), {}
+    ref.self_attn.forward = lambda q, k, v, **kw: (explicit_mha(ref.self_attn, q, k, v, saved=saved, **kw), None)
+    loss_of(ref(x, src_mask=mask, is_causal=True)).backward()
+    (rec,) = w.records
+    assert rec["site"] == "self_attn"
+    assert_matches(rec, reference(saved))
+
+
+def test_slack_every_and_detach():
+    torch.manual_seed(0)
+    model = SelfAttention("causal").double()
+    x = torch.randn(N, L, D, dtype=torch.float64)
+    opt = torch.optim.SGD(model.parameters(), lr=0.1)
+    with watch(model, every=3) as w:
+        for _ in range(7):
+            loss_of(model(x)).backward()
+            opt.step(), opt.zero_grad()
+            assert torch._C._len_torch_function_stack() == 0  # the mode lives only inside a recorded forward
+        with torch.no_grad():
+            model(x)  # not a step
+    assert [r["step"] for r in w.records] == [0, 3, 6]
+    assert all(s >= -1e-12 for r in w.records for s in r["c9_slack"])
+    assert w.records[0]["js"] is None and all(j > 0 for j in w.records[1]["js"])
+    assert all(c > 0 for c in w.records[2]["v_change"])
+    assert torch._C._len_torch_function_stack() == 0
+    assert not model._forward_pre_hooks and not model._forward_hooks
+    loss_of(model(x)).backward()
+    assert len(w.records) == 3
+    assert set(w.summary()) == {"<root>#0"}
+
+
+def test_gqa_matches_repeated_heads():
+    torch.manual_seed(0)
+    q = torch.randn(2, 4, 5, 8, dtype=torch.float64, requires_grad=True)
+    kv = torch.randn(2, 2, 5, 8, dtype=torch.float64, requires_grad=True)
+
+    class GQA(nn.Module):
+        def forward(self, q, kv, gqa):
+            k = kv if gqa else kv.repeat_interleave(2, 1)
+            return F.scaled_dot_product_attention(q, k, k, is_causal=True, enable_gqa=gqa)
+    recs = []
+    for gqa in (True, False):
+        m = GQA()
+        with watch(m) as w:
+            loss_of(m(q, kv, gqa)).backward()
+        recs.append(w.records[0])
+    for key in ("entropy", "adv_max", "dS_norm", "dV_norm", "c9_slack"):
+        assert recs[0][key] == pytest.approx(recs[1][key], rel=1e-12, abs=1e-14), key
+
+
+def test_dropout_and_bad_input_raise():
+    layer = nn.TransformerEncoderLayer(D, H, 2 * D, dropout=0.1, batch_first=True).double()
+    x = torch.randn(N, L, D, dtype=torch.float64)
+    with pytest.raises(ValueError, match="dropout_p=0.1"):
+        with watch(layer):
+            layer(x)
+    with watch(layer, allow_dropout=True) as w:
+        loss_of(layer(x)).backward()
+    assert w.records[0]["dropout_p"] == 0.1
+    with pytest.raises(ValueError, match="every"):
+        watch(layer, every=0)
+    with pytest.raises(TypeError, match="nn.Module"):
+        watch(lambda x: x)
+
+
+def test_drift_is_frame_js():
+    from numeric.experiments.frame import _js
+    from numeric.watch import TINY
+    from numeric.watch import _js as js_from_logs
+    g = torch.Generator().manual_seed(0)
+    a, b = (torch.softmax(torch.randn(2, 3, 5, 6, generator=g, dtype=torch.float64), -1) for _ in range(2))
+    logs = [t.clamp_min(TINY).log() for t in (a, b)]
+    assert torch.allclose(js_from_logs(a, logs[0], b, logs[1]), _js(a, b), rtol=1e-12, atol=0)
+
+
+def test_chunked_batch_equals_one_chunk(monkeypatch):
+    import numeric.watch as W
+    torch.manual_seed(0)
+    model = SelfAttention("bool").double()
+    x = torch.randn(N, L, D, dtype=torch.float64)
+    records = []
+    for chunk in (10**9, 2 * H * L * L):  # one chunk; two sequences a chunk
+        monkeypatch.setattr(W, "CHUNK", chunk)
+        m = copy.deepcopy(model)
+        with watch(m) as w:
+            for _ in range(2):
+                loss_of(m(x)).backward()
+                m.qkv.weight.data += 0.01 * m.qkv.weight.grad
+        records.append(w.records[1])
+    for key, value in records[0].items():
+        assert value == pytest.approx(records[1][key], rel=1e-12, abs=1e-15), key
+
+
+def test_unsupported_multihead_attention_raises_and_leaves_no_hooks():
+    model = nn.Sequential(nn.Linear(D, D), nn.MultiheadAttention(D, H, add_bias_kv=True))
+    with pytest.raises(ValueError, match="add_bias_kv"):
+        with watch(model):
+            pass
+    assert all(not m._forward_pre_hooks and not m._forward_hooks for m in model.modules())
+    assert torch._C._len_torch_function_stack() == 0
+
+
+@pytest.mark.slow
+def test_benchmark_reports_ratio_and_memory():
+    from numeric.watch import benchmark
+    r = benchmark(every=2, steps=2, repeats=1)
+    assert r["ratio"] > 0 and r["step_s"] > 0 and r["held_mib"] > 0 and r["peak_rss_mib"] > 0
