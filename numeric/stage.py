@@ -165,6 +165,23 @@ class NumericStage:
                     {"max_module_ratio_vs_autograd": worst, "goal_met_at_every_size": goal, "max_rel_diff": agree},
                     {"outputs_agree_float32": 1e-4, "goal_ratio": 1.0}, kind="benchmark",
                     detail="fails if the benchmarked implementations disagree; the speed goal is reported, not asserted")
+        self.watch_overhead()
+
+    def watch_overhead(self):
+        """The watcher's cost on a training step (numeric.watch.benchmark, CPU, one thread), recorded as a
+        benchmark beside its memory; the 10% goal at every = 10 is reported, not asserted."""
+        from numeric import watch
+
+        every = 10
+        r = watch.benchmark(every=every, steps=20, repeats=self.profile.watch_repeats)
+        self.results.benchmarks.append({
+            "name": f"numeric/watch-overhead/every={every}", "device": "cpu", "dtype": "float32",
+            "shape": {"model": "2-layer 4-head causal TransformerEncoder", "d_model": 64, "batch": 16, "seq": 128},
+            "ours_s": r["step_watched_s"], "reference": "the same training step unwatched", "reference_s": r["step_s"],
+            "ratio": r["ratio"], "goal_ratio": 1.1, "peak_rss_increase_mib": r["peak_rss_increase_mib"],
+            "held_between_records_mib": r["held_mib"], "repeats": self.profile.watch_repeats})
+        self.log(f"  watch overhead every={every}: step {r['step_s'] * 1e3:.1f} ms -> {r['step_watched_s'] * 1e3:.1f} ms, "
+                 f"ratio {r['ratio']:.3f}; peak RSS +{r['peak_rss_increase_mib']:.1f} MiB")
 
 
 def generated_module():
