@@ -134,6 +134,11 @@ def load_claims(args):
             added = claimfile.load(path)
         except (FileNotFoundError, claimfile.ClaimFileError) as exc:
             raise UsageError(str(exc)) from exc
+        taken = sorted(set(added) & set(empirical_ids()))
+        if taken:
+            for cid in added:
+                registry.REGISTRY.pop(cid, None)
+            raise UsageError(f"{path}: claim id {', '.join(taken)} is an empirical claim of this project; choose another id")
         print(f"loaded {len(added)} extra claim(s) from {path}: {', '.join(added) or '-'}")
     known = {c.id for c in registry.claims()}
     wanted = {c.strip() for c in args.claim.split(",") if c.strip()}
@@ -194,6 +199,13 @@ def run_stage(stage, results, args, profile, only_claims):
                              "profile": env.get("profile"), "device": env.get("device"), "seed": args.seed}
 
 
+def empirical_ids():
+    """The ids of the empirical claims (numeric.experiments.registry): reserved, like the built-in analytic ones."""
+    from numeric.experiments import registry as empirical
+
+    return tuple(empirical.REGISTRY)
+
+
 def claim_catalogue():
     """Every registered claim's facts (name, statement, ref), analytic then empirical: the two registries
     joined here, where the CLI may import across packages."""
@@ -238,10 +250,7 @@ def merge(previous, fresh, ran, only_claims):
         if owner not in ran or (key not in fresh.derive and owner == "derive" and only_claims):
             derive[key] = value
     derive.update(fresh.derive)  # the kill matrix is not kept: Results computes it from the merged checks
-    claims = dict(previous.claims)
-    if "experiments" in ran:  # the experiment stage's claims (E*) are its own: replaced whole
-        claims = {cid: c for cid, c in claims.items() if _analytic_entry(cid, c)}
-    claims.update(fresh.claims)
+    claims = {**previous.claims, **fresh.claims}  # every verdict is recomputed from the merged checks
 
     stages = {**{s: v for s, v in previous.stages.items() if s not in ran}, **fresh.stages}
     stages = dict(sorted(stages.items(), key=lambda kv: order.get(kv[0], len(order))))

@@ -163,6 +163,9 @@ class ExperimentSizes:
         if not isinstance(self.fresh, tuple) or not self.fresh or not all(isinstance(g, FreshGroup) for g in self.fresh):
             raise ValueError(f"ExperimentSizes.fresh must be a non-empty tuple of FreshGroup, got {self.fresh!r}")
         seeds = [s for g in self.fresh for s in g.seeds]
+        if len(seeds) < 2:
+            raise ValueError("ExperimentSizes.fresh must hold at least two seeds in all (the fresh verdicts pair "
+                             "seeds: intervals and paired tests over seeds need two)")
         if len(set(seeds)) != len(seeds):
             raise ValueError("ExperimentSizes.fresh: a seed appears in two groups (each fresh stream is used once)")
         if (not isinstance(self.mstep_groups, tuple) or len(set(self.mstep_groups)) != len(self.mstep_groups)

@@ -1,4 +1,4 @@
-"""results.json (schema_version 1, DESIGN.md): checks, claims with verdicts, benchmarks."""
+"""results.json (schema_version 1): checks, claims with verdicts, benchmarks, experiments; atomic writes."""
 from __future__ import annotations
 
 import json
@@ -74,10 +74,10 @@ class Results:
         self.checks.append(check)
         return check
 
-    def record(self, check: Check, log=print, note=""):
-        """Add `check` and print its one line (status, id, seconds, and `note` or the measured value)."""
+    def record(self, check: Check, log=print, note=None):
+        """Add `check` and print its one line: status, id, seconds, then `note` (None: the measured value)."""
         self.add(check)
-        shown = note if note else check.measured
+        shown = check.measured if note is None else note
         log(f"  {check.status.upper():4} {check.id:56} {check.seconds:8.3f}s  {shown if shown is not None else ''}".rstrip())
         return check
 

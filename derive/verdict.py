@@ -181,8 +181,10 @@ def kill_matrix(checks):
         row = rows.setdefault(mid, {"claim": c.claim, "description": c.detail})
         row["description"] = row["description"] or c.detail
         row[column] = cell
-    for row in rows.values():
+    order = ("claim", "description", *MUTANT_COLUMNS, "numeric")
+    for mid, row in rows.items():
         if any(k in row for k in MUTANT_COLUMNS):
             for k in MUTANT_COLUMNS:
                 row.setdefault(k, "n/a")
+        rows[mid] = {k: row[k] for k in order if k in row}
     return rows

@@ -21,6 +21,7 @@ from dataclasses import asdict, dataclass
 import torch
 
 from numeric.api import attention_backward
+from numeric.device import synchronize
 from numeric.module import AttentionCore
 from numeric.reference import causal_mask
 
@@ -90,11 +91,6 @@ def _cuda(device):
     return torch.device(device).type == "cuda"
 
 
-def _sync(device):
-    if _cuda(device):
-        torch.cuda.synchronize(device)
-
-
 def _timed(fn, args, device):
     """Seconds of one call: CUDA events on a GPU (the device's own clock), the wall clock on CPU."""
     if _cuda(device):
@@ -115,7 +111,7 @@ def time_runs(args, device, repeats, warmups=1):
     for _ in range(warmups):
         for fn in RUNNERS.values():
             fn(*args)
-    _sync(device)
+    synchronize(device)
     for _ in range(repeats):
         for name, fn in RUNNERS.items():
             times[name].append(_timed(fn, args, device))

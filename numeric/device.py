@@ -14,12 +14,21 @@ def resolve(requested):
     if kind == "cuda":
         if not torch.cuda.is_available():
             raise RuntimeError(f"--device {requested} was asked for but CUDA is not available on this machine")
+        index = torch.device(requested).index
+        if index is not None and index >= torch.cuda.device_count():
+            raise RuntimeError(f"--device {requested}: this machine has {torch.cuda.device_count()} CUDA device(s)")
         return requested, "asked for"
     if kind == "auto":
         if torch.cuda.is_available():
             return "cuda", f"auto: CUDA is available ({torch.cuda.get_device_name(0)})"
         return "cpu", "auto: torch sees no CUDA device"
     return requested, "asked for"
+
+
+def synchronize(device):
+    """Wait for the device's queued work (CUDA); nothing to wait for elsewhere. For honest wall-clock timing."""
+    if torch.device(device).type == "cuda":
+        torch.cuda.synchronize(device)
 
 
 def pin_precision():

@@ -30,16 +30,12 @@ from pathlib import Path
 import torch
 
 from numeric import device as devices
+from numeric.device import synchronize
 from numeric.experiments import replay, sticky
 
 FP64_TOL = 1e-10
 FP32_TOL = 1e-4  # float32 losses after a few steps: summation order differs between devices
 BLOCKS = (1, 2, 4, 8, 16, 32)
-
-
-def _sync(device):
-    if torch.device(device).type == "cuda":
-        torch.cuda.synchronize(device)
 
 
 def _small():
@@ -97,18 +93,22 @@ def pipeline(device, directory, stages):
 
 
 def cache_on_cpu(directory):
-    """Every cache entry the device run wrote, read back on the CPU."""
+    """Every cache entry the device run wrote, read back on the CPU (weights_only, map_location cpu): each
+    loads, and every training run in it has finite losses and parameters."""
     paths = sorted((Path(directory) / "cache").glob("*.pt"))
-    bad = []
+    bad, runs = [], 0
     for path in paths:
         try:
             obj = sticky.load(path)
-            tensors = [obj["run"].losses] if isinstance(obj, dict) and "run" in obj else []
-            if any(t.device.type != "cpu" for t in tensors):
-                bad.append(path.name)
         except Exception as exc:  # reported, not raised: the check fails
             bad.append(f"{path.name}: {type(exc).__name__}")
-    return bool(paths) and not bad, {"entries": len(paths), "unreadable": bad}
+            continue
+        if isinstance(obj, dict) and isinstance(obj.get("run"), sticky.Run):
+            runs += 1
+            run = obj["run"]
+            if not all(bool(torch.isfinite(t).all()) for t in (run.losses, *run.params)):
+                bad.append(f"{path.name}: non-finite")
+    return bool(paths) and runs > 0 and not bad, {"entries": len(paths), "training_runs": runs, "bad": bad}
 
 
 def step_times(device, small):
@@ -126,11 +126,11 @@ def step_times(device, small):
         work = sticky.workspace(cfg, blocks, device)
         for _ in range(2):  # warm-up
             sticky.gradients(params, data, scale, blocks, mstep, work)
-        _sync(device)
+        synchronize(device)
         t0 = time.perf_counter()
         for _ in range(reps):
             sticky.gradients(params, data, scale, blocks, mstep, work)
-        _sync(device)
+        synchronize(device)
         out[nb] = round(1000 * (time.perf_counter() - t0) / reps, 3)
     return {"length": cfg.length, "runs": len(cfg.seeds) * len(cfg.arms), "ms_per_step_by_blocks": out}
 
@@ -140,10 +140,10 @@ def paper_experiment(device, small):
     cfg = sticky.StickyConfig(stream="authors", mu_rng="torch-float32", arms=("sgd", "em_like"), checkpoints=1)
     if small:
         cfg = dataclasses.replace(cfg, steps=replay.QUICK_STEPS)
-    _sync(device)
+    synchronize(device)
     t0 = time.perf_counter()
     run = sticky.train(cfg, device)
-    _sync(device)
+    synchronize(device)
     seconds = time.perf_counter() - t0
     cmp = replay.compare(list(cfg.seeds), cfg.steps, run.losses.numpy())
     return cmp["ok"], {"steps": cfg.steps, "seeds": list(cfg.seeds), "arms": list(cfg.arms), "wall_seconds": round(seconds, 2),

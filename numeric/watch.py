@@ -132,9 +132,16 @@ CHUNK = 2**18  # score entries per chunk of the batch: the temporaries stay smal
 
 def flat_batch(q, k, v, u, mask):
     """q, k, v, u as (B, H, n, d) (batch dims flattened, k and v expanded to q's heads) and the mask as
-    (1 or B, 1 or H, L, S), views where possible, so the batch can be processed in chunks."""
-    while q.dim() < 4:  # unbatched: (L, E) or (H, L, E)
-        q, k, v, u = (t.unsqueeze(0) for t in (q, k, v, u))
+    (1 or B, 1 or H, L, S), views where possible, so the batch can be processed in chunks.
+
+    SDPA's layout is (N, ..., H, L, E): only a tensor of 4 or more dims has a head axis. A 3-D (N, L, E)
+    or 2-D (L, E) call is one head (batch N, or 1), and a 3-D mask (N, L, S) is the batch's."""
+    if q.dim() < 4:
+        if mask is not None and mask.dim() == 3:
+            mask = mask.unsqueeze(-3)
+        q, k, v, u = (t.unsqueeze(-3) for t in (q, k, v, u))
+        while q.dim() < 4:
+            q, k, v, u = (t.unsqueeze(0) for t in (q, k, v, u))
     batch = torch.broadcast_shapes(q.shape[:-2], k.shape[:-2], v.shape[:-2])
     q, k, v, u = (t.expand(*batch, *t.shape[-2:]).flatten(0, -4) for t in (q, k, v, u))
     if mask is not None:
@@ -316,7 +323,7 @@ class Watcher:
     def _record(self, site, step, q, k, v, u, mask, scale, p):
         stats, self._prev[site] = head_stats(q, k, v, u.detach(), mask, scale, self._prev.get(site))
         stats.setdefault("js", None)
-        heads = q.shape[-3] if q.dim() > 2 else 1
+        heads = q.shape[-3] if q.dim() >= 4 else 1  # flat_batch: SDPA's head axis exists from 4 dims
         self.records.append(dict(site=site[0], call=site[1], step=step, heads=heads, dropout_p=p, **stats))
 
     def summary(self):

@@ -15,6 +15,10 @@ def test_auto_says_which_device_it_chose_and_why(monkeypatch):
     monkeypatch.setattr(torch.cuda, "is_available", lambda: True)
     monkeypatch.setattr(torch.cuda, "get_device_name", lambda i=0: "Fake GPU")
     assert devices.resolve("auto") == ("cuda", "auto: CUDA is available (Fake GPU)")
+    monkeypatch.setattr(torch.cuda, "device_count", lambda: 1)
+    assert devices.resolve("cuda:0") == ("cuda:0", "asked for")
+    with pytest.raises(RuntimeError, match="has 1 CUDA device"):
+        devices.resolve("cuda:1")
     assert devices.resolve("cpu") == ("cpu", "asked for")
 
 

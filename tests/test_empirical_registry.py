@@ -65,3 +65,15 @@ def test_frame_records_of_groups_combine_weighted_by_seeds():
         bad = record([1.0, 0.0, 0.0], [1.0, 0.0, 0.0])
         bad["sgd"]["steps"] = [0, 4, 10]
         combine([(1, record([1.0, 0.1, 0.0], [1.0, 1.0, 0.0])), (1, bad)])
+
+
+def test_a_rule_fed_non_finite_numbers_fails_its_claim(tmp_path):
+    from numeric.experiments.stage import ExperimentStage
+
+    r = Results({}, catalogue=registry.catalogue())
+    stage = ExperimentStage(r, "quick", "cpu", 0, tmp_path, log=lambda *a: None)
+    stage._rule_check("E6", "rule", "reproduced", "fine", {"agreement": 0.99, "control": float("nan")})
+    stage._rule_check("E7", "rule", "reproduced", "fine", {"margin": 0.8, "n": 3, "ok": True})
+    verdict.assign_empirical(r, registry.IDS)
+    assert r.checks[0].status == "fail" and r.claims["E6"]["verdict"] == "failed"
+    assert r.checks[1].status == "pass" and r.claims["E7"]["verdict"] == "reproduced"

@@ -160,6 +160,8 @@ def test_profiles_are_validated_and_reject_unknown_keys():
         DEFAULT.replace("experiments", sweep_seeds=(1,))
     with pytest.raises(ValueError, match="opt_in"):
         QUICK.replace("experiments", opt_in=("everything",))
+    with pytest.raises(ValueError, match="at least two seeds"):
+        QUICK.replace("experiments", fresh=(FreshGroup("torch-float64", 0, (42,)),), sweep_seeds=(42,))
     with pytest.raises(ValueError, match="watch_repeats"):
         QUICK.replace("numeric", watch_repeats=0)
     with pytest.raises(ValueError, match="fuzz_jobs"):

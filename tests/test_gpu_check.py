@@ -19,6 +19,7 @@ def test_gpu_check_runs_end_to_end_on_cpu(tmp_path):
     assert steps["trainer-agreement-with-cpu"]["float64"]["max_abs_loss_difference"] <= 1e-10
     assert set(steps["ms-per-step-by-blocks"]["ms_per_step_by_blocks"]) == {"1", "2", "4", "8", "16", "32"}
     assert steps["paper-experiment"]["max_loss_error_vs_authors"] <= 1e-5
+    assert steps["cache-reloaded-on-cpu"]["training_runs"] > 0 and not steps["cache-reloaded-on-cpu"]["bad"]
     assert report["precision"]["cuda_matmul_allow_tf32"] is False and report["environment"]["device_type"] == "cpu"
     assert (tmp_path / "pipeline" / "results.json").exists() and "all checks passed" in p.stdout
 

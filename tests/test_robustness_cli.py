@@ -419,3 +419,15 @@ def test_render_cli_subprocess_has_no_traceback(tmp_path):
     p = subprocess.run([sys.executable, "-m", "reports.render", str(tmp_path)], cwd=ROOT, capture_output=True, text=True,
                        timeout=60)
     assert p.returncode == 2 and "Traceback" not in p.stderr and p.stderr.startswith("error: ")
+
+
+def test_a_users_claim_may_not_take_an_empirical_claims_id(tmp_path):
+    """A claims file registering "E1" would silently become the paper's em-speedup in results.json: refused."""
+    path = tmp_path / "mine.py"
+    path.write_text('from derive.claims import Claim, Identity, register\n'
+                    'register(Claim(id="E1", name="mine", statement="s", ref="r", parts=(Identity(\n'
+                    '    "rows", ("n",), "scores", derived=lambda m, i: m.sum("n", lambda j: m.dS(i, j)),\n'
+                    '    closed=lambda m, i: 0, latex="x"),)))\n')
+    p = run("--quick", "--only", "derive", "--claims", str(path), "--out", str(tmp_path / "out"))
+    assert p.returncode == 2 and "claim id E1 is an empirical claim of this project" in p.stderr, p.stderr
+    assert not (tmp_path / "out" / "results.json").exists()

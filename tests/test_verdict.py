@@ -137,3 +137,15 @@ def test_kill_matrix_is_a_function_of_the_checks():
     r = Results({}, checks)
     r.derive["kill_matrix"] = {"stale": {"claim": "C1"}}  # a stored matrix never outlives the checks
     assert r.to_json()["derive"]["kill_matrix"] == km
+
+
+def test_the_numeric_stage_marks_a_bound_constant_not_applicable_in_the_kill_matrix():
+    from derive.profile import QUICK
+    from derive.results import Results
+    from derive.verdict import kill_matrix
+    from numeric.stage import NumericStage, generated_module
+
+    r = Results({})
+    NumericStage(r, QUICK, "cpu", 0, log=lambda *a: None).mutants(generated_module())
+    km = kill_matrix(r.checks)
+    assert km["M15-constant-3.5"]["numeric"] == "n/a" and km["M1-drop-baseline"]["numeric"] == "rejected"

@@ -296,3 +296,25 @@ def test_benchmark_reports_ratio_and_memory():
     from numeric.watch import benchmark
     r = benchmark(every=2, steps=2, repeats=1)
     assert r["ratio"] > 0 and r["step_s"] > 0 and r["held_mib"] > 0 and r["peak_rss_mib"] > 0
+
+
+def test_a_three_dimensional_call_is_one_head_over_a_batch():
+    """SDPA on (N, L, E) (no head axis) with L != S and a per-sequence mask: one head, the batch averaged."""
+    g = torch.Generator().manual_seed(5)
+    q = torch.randn(3, 4, 6, generator=g, dtype=torch.float64)
+    kv = torch.randn(3, 7, 6, generator=g, dtype=torch.float64, requires_grad=True)
+    mask = torch.rand(3, 4, 7, generator=g) < 0.7
+    mask[..., 0] = True
+
+    class Cross(torch.nn.Module):
+        def forward(self, q, kv):
+            return torch.nn.functional.scaled_dot_product_attention(q, kv, kv, attn_mask=mask)
+
+    model = Cross()
+    with watch(model, every=1) as w:
+        model(q, kv).pow(2).sum().backward()
+    (rec,) = w.records
+    alpha = torch.softmax((q @ kv.detach().mT / 6 ** 0.5).masked_fill(~mask, float("-inf")), -1)
+    entropy = float(-(alpha * alpha.clamp_min(1e-30).log()).sum(-1).mean())
+    assert rec["heads"] == 1 and len(rec["entropy"]) == 1
+    assert abs(rec["entropy"][0] - entropy) <= 1e-10

@@ -94,7 +94,7 @@ class ExperimentStage:
 
     def _check(self, cid, claim, ok, seconds, measured, expected, detail=""):
         self.results.record(Check(cid, "experiments", "experiment", claim, "pass" if ok else "fail", round(seconds, 3),
-                                  measured, expected, detail), self.log, note=" ")
+                                  measured, expected, detail), self.log, note="")
 
     def _train(self, name, cfg):
         partial = self.cache.key(name, cfg, self.device).with_suffix(".partial")
@@ -289,7 +289,7 @@ class ExperimentStage:
         m["E2"] = {"entropy_sgd": per_seed["sgd"]["entropy"], "entropy_em": per_seed["em_like"]["entropy"],
                    "h_min": r["h_min"], "m": cfg.symbols}
         m["E3"] = {"sgd": per_seed["sgd"], "em": per_seed["em_like"]}
-        fresh = {"E1": rules.e1(**m["E1"], seed=self.seed), "E2": rules.e2(**m["E2"]), "E3": rules.e3(**m["E3"])}
+        fresh = {cid: REGISTRY[cid].rule(**m[cid], **({"seed": self.seed} if cid == "E1" else {})) for cid in ("E1", "E2", "E3")}
         replayed = self._replay_verdicts(r)
         mu, study = r["mu_draws"], self.data.get("typicality")
         context = {
@@ -307,7 +307,7 @@ class ExperimentStage:
                              seeds=n, context=context[cid].strip())
         fp = r["frame_precision"]
         m["E4"] = {"arms": rules.e4_inputs(fp)}
-        e4 = rules.e4(**m["E4"])
+        e4 = REGISTRY["E4"].rule(**m["E4"])
         self._rule_check("E4", "rule", e4.verdict, e4.reason, e4.measured)
 
     def _rule_check(self, cid, label, verdict, reason, measured=None, on="", **extra):
@@ -337,9 +337,9 @@ class ExperimentStage:
         rule = rules.e1_replay(rp, pp)
         e1 = (rule.verdict, f"{rule.reason}; seed for seed equal to the authors' script (largest loss error "
                             f"{rp['max_loss_error']:.1e})")
-        e2 = rules.e2(a["sgd"]["final_entropy_per_seed"], a["em_like"]["final_entropy_per_seed"], r["h_min"],
+        e2 = REGISTRY["E2"].rule(a["sgd"]["final_entropy_per_seed"], a["em_like"]["final_entropy_per_seed"], r["h_min"],
                       self.cfgs["replay"].symbols)
-        e3 = rules.e3(*({"loss": a[arm]["final_loss_per_seed"], "entropy": a[arm]["final_entropy_per_seed"],
+        e3 = REGISTRY["E3"].rule(*({"loss": a[arm]["final_loss_per_seed"], "entropy": a[arm]["final_entropy_per_seed"],
                          "accuracy": a[arm]["accuracy_per_seed"]} for arm in ("sgd", "em_like")))
         return {"E1": e1, "E2": (e2.verdict, e2.reason), "E3": (e3.verdict, e3.reason)}
 

@@ -17,6 +17,7 @@ import numpy as np
 import torch
 
 from derive.results import atomic_write
+from numeric.device import synchronize
 from numeric.experiments import chain
 from numeric.experiments.config import positive, positive_ints
 from numeric.generated import attention as gen
@@ -237,11 +238,6 @@ def track_alpha(params, data, scale, rows):
     return torch.softmax(s.masked_fill(~mask, float("-inf")), -1)
 
 
-def _sync(device):
-    if torch.device(device).type == "cuda":
-        torch.cuda.synchronize(device)
-
-
 def reference_run(cfg, arm, seed_index, steps, device="cpu", timing=None):
     """The authors' way: one seed and arm, dense masked attention, torch.autograd, a Python loop.
 
@@ -256,7 +252,7 @@ def reference_run(cfg, arm, seed_index, steps, device="cpu", timing=None):
     T = x.shape[0]
     mask = causal_mask(T, device)  # the plain masked softmax below is the authors' form: the speed baseline
     losses = []
-    _sync(device)
+    synchronize(device)
     t0 = time.perf_counter()
     for _ in range(steps):
         q, k, v = x @ params[0], x @ params[1], x @ params[2]
@@ -269,7 +265,7 @@ def reference_run(cfg, arm, seed_index, steps, device="cpu", timing=None):
             for p, g, lr in zip(params, grads, lrs):
                 p -= lr * g
         losses.append(loss.detach())
-    _sync(device)
+    synchronize(device)
     if timing is not None:
         timing["loop_seconds"] = time.perf_counter() - t0
     return [float(x) for x in losses], [p.detach() for p in params]
@@ -328,7 +324,7 @@ def train(cfg, device="cpu", progress=None, state_path=None, save_every=100, on_
         losses, tracked, values, start = saved["losses"], saved["tracked"], saved["values"], saved["step"]
     if on_start:
         on_start(start)
-    _sync(device)
+    synchronize(device)
     t0, loop = time.perf_counter(), 0.0
     for step in range(start, cfg.steps + 1):
         if state_path is not None and step > start and step % save_every == 0:
@@ -340,7 +336,7 @@ def train(cfg, device="cpu", progress=None, state_path=None, save_every=100, on_
             tracked.append(track_alpha(params, data, scale, rows).cpu())
             values.append(params[2].detach().cpu().clone())
         if step == cfg.steps:
-            _sync(device)
+            synchronize(device)
             loop = time.perf_counter() - t0
             losses.append(probabilities_loss(params, data, scale, blocks))
             break
