@@ -12,7 +12,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Callable
 
-from derive.model import DIMS, LEVELS, MASK_ALGEBRAS
+from derive.model import DIMS, LEVELS, MASK_ALGEBRAS, READOUTS, Setting
 
 
 @dataclass(frozen=True)
@@ -35,6 +35,9 @@ class Identity:
     output: str = ""
     # A model quantity that the API kernels compute by the closed side instead of its definition.
     replaces: str = ""
+    # "single": the logits are W_O^T o; "concat": the head is one of several concatenated before W_O, the
+    # other heads' share of the logits a free leaf R (derive.model.READOUTS).
+    readout: str = "single"
 
     def __post_init__(self):
         if not isinstance(self.free, tuple) or any(d not in DIMS for d in self.free):
@@ -45,6 +48,8 @@ class Identity:
             raise ValueError(f"identity {self.name!r}: loss must be 'any' or 'ce', got {self.loss!r}")
         if self.mask_algebra not in MASK_ALGEBRAS:
             raise ValueError(f"identity {self.name!r}: mask_algebra must be one of {MASK_ALGEBRAS}, got {self.mask_algebra!r}")
+        if self.readout not in READOUTS:
+            raise ValueError(f"identity {self.name!r}: readout must be one of {READOUTS}, got {self.readout!r}")
         for side in ("derived", "closed"):
             if not callable(getattr(self, side)):
                 raise ValueError(f"identity {self.name!r}: {side} must be a function of (m, *indices)")
@@ -53,6 +58,10 @@ class Identity:
         if bool(self.kernels) != self.output.isidentifier():
             raise ValueError(f"identity {self.name!r}: kernels and output go together (output a Python name), "
                              f"got kernels={self.kernels!r}, output={self.output!r}")
+
+    def setting(self, loss="ce", masked=True, level=None) -> Setting:
+        """The model setting of this identity (every path builds its model from this)."""
+        return Setting(level or self.level, loss, masked, self.mask_algebra, self.readout)
 
 
 @dataclass(frozen=True)

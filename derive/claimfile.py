@@ -15,7 +15,7 @@ from pathlib import Path
 import sympy as sp
 
 from derive import claims as registry
-from derive.model import Setting, ShapeError
+from derive.model import ShapeError
 
 
 class ClaimFileError(Exception):
@@ -90,7 +90,7 @@ def _check_sides(claim, identity, derived, closed, path):
     for side, fn in (("derived", derived), ("closed", closed)):
         line = fn.__code__.co_firstlineno if hasattr(fn, "__code__") else 1
         _check_arity(claim, identity, side, fn, path, line)
-        m = GeneralBackend(Setting(identity.level, "ce", True, identity.mask_algebra), f"{claim.id} / {identity.name}")
+        m = GeneralBackend(identity.setting("ce", True), f"{claim.id} / {identity.name}")
         where = f"claim {claim.id}, identity {identity.name!r}, {side} side"
         try:
             ix = m.free_indices(identity.free)

@@ -29,7 +29,7 @@ GENERATED = Path(__file__).resolve().parents[1] / "numeric" / "generated" / "att
 COMMAND = "python -m derive.codegen --write"
 # Leaf and scalar names in generated code.
 ARG_NAMES = {"U": "u", "WO": "w_o", "Y": "y", "X": "x", "WQ": "w_q", "WK": "w_k", "WV": "w_v", "M": "mask",
-             "Delta": "delta", "c": "scale", "eta": "eta"}
+             "Delta": "delta", "R": "other_logits", "c": "scale", "eta": "eta"}
 
 
 class CodegenBackend(GeneralBackend):
@@ -66,7 +66,8 @@ class CodegenBackend(GeneralBackend):
 
 
 def emit_kernel(kernel: Kernel) -> str:
-    m = CodegenBackend(Setting(kernel.level, kernel.loss, kernel.masked), kernel.inputs, kernel.name, kernel.rewrites)
+    m = CodegenBackend(Setting(kernel.level, kernel.loss, kernel.masked, readout=kernel.readout), kernel.inputs, kernel.name,
+                       kernel.rewrites)
     results = []
     for out in kernel.outputs:
         ix = m.free_indices(out.dims)

@@ -69,6 +69,7 @@ class Kernel:
     inputs: tuple = ()
     rewrites: dict = field(default_factory=dict)  # quantity -> identity (never in the checks that justify them)
     key: object = None  # what it checks, its MANIFEST key: (claim id, identity name) or a mutant id
+    readout: str = "single"  # derive.model.READOUTS
 
 
 def api_kernels(claims=None):
@@ -153,4 +154,4 @@ def check_kernels(claims):
 def _pair_kernel(name, identity, derived, closed, doc, key):
     outs = (Output("derived", derived, identity.free), Output("closed", closed, identity.free))
     return Kernel(name, f"{doc} (derived side with autograd inputs grad_*, closed side).", identity.level, "ce", True, outs,
-                  key=key)
+                  key=key, readout=identity.readout)

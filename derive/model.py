@@ -35,6 +35,7 @@ LEAVES = {
     "WV": ("dx", "dv"),
     "M": ("n", "n"),  # causal mask as a free 0/1 multiplier over full ranges (triangular ranges are unsound with delta resolution)
     "Delta": ("n", "dv"),  # a free value step (C10)
+    "R": ("n", "m"),  # the other heads' share of the logits (readout "concat" only)
 }
 
 # Which quantities are independent at each level of the model.
@@ -50,9 +51,15 @@ LOSSES = ("linear", "ce")
 SCALARS = ("c", "eta")
 # Leaves downstream of the attention output o (and U, the linearised loss's own): a claim that
 # touches them, or differentiates by them or by o, is proved at the full cross-entropy loss.
-READOUT_LEAVES = ("WO", "Y", "U")
+READOUT_LEAVES = ("WO", "Y", "U", "R")
 LINEARISABLE = tuple(n for n in (*LEAVES, *SCALARS) if n not in READOUT_LEAVES + ("o",))
 MASK_ALGEBRAS = ("boolean", "causal")
+# "single": the logits are z_i = W_O^T o_i (one head). "concat": the head is one of several whose outputs are
+# concatenated before the output projection, z_i = [o^1_i; ...; o^H_i] W_O = sum_h W_O^{(h)T} o^h_i; the model
+# is head h, with W_O its block of the projection, and the leaf R_i = sum_{h' != h} W_O^{(h')T} o^{h'}_i the
+# other heads' share of the logits. R is free: the other heads' scores and values are independent of this
+# head's, so one free R covers every number of heads and every value they take.
+READOUTS = ("single", "concat")
 
 
 class ShapeError(ValueError):
@@ -67,8 +74,11 @@ class Setting:
     loss: str
     masked: bool
     mask_algebra: str = "boolean"  # "causal": the general path may also use M_ii = 1 and transitivity
+    readout: str = "single"  # "concat": the logits also receive the other heads' share R (READOUTS)
 
     def __post_init__(self):
+        if self.readout not in READOUTS:
+            raise ValueError(f"unknown readout {self.readout!r}; expected one of {READOUTS}")
         if self.mask_algebra not in MASK_ALGEBRAS:
             raise ValueError(f"unknown mask algebra {self.mask_algebra!r}; expected one of {MASK_ALGEBRAS}")
         if self.level not in LEVELS:
@@ -162,6 +172,9 @@ class AttentionModel:
         if name in READOUT_LEAVES:
             self.usage.add(f"leaf:{name}")
         self._check_indices(name, ix, f"leaf {name}")
+        if name == "R" and self.setting.readout != "concat":
+            raise ShapeError(f"{self.context}: leaf R (the other heads' share of the logits) exists only under "
+                             f"readout 'concat'; this identity's readout is {self.setting.readout!r}")
         return self.entry(name, *ix)
 
     def size(self, dim):
@@ -285,10 +298,16 @@ class AttentionModel:
             return self.leaf("o", i, a)
         return self.sum("n", lambda j: self.alpha(i, j) * self.v(j, a))
 
+    def z_head(self, i, c):
+        """This head's share of the logits, W_O^T o_i (all of them under readout "single")."""
+        return self.sum("dv", lambda a: self.leaf("WO", a, c) * self.o(i, a))
+
     @memo
     def z(self, i, c):
-        """Logits z_i = W_O^T o_i."""
-        return self.sum("dv", lambda a: self.leaf("WO", a, c) * self.o(i, a))
+        """Logits z_i = W_O^T o_i, plus the other heads' share R_i under readout "concat"."""
+        if self.setting.readout == "concat":
+            return self.z_head(i, c) + self.entry("R", i, c)  # the model's own leaf: not a use of R by the claim
+        return self.z_head(i, c)
 
     @memo
     def G(self, i):

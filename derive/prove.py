@@ -23,7 +23,7 @@ from derive import graph
 from derive import rational as rational_points
 from derive.fixed import RingBackend
 from derive.general import GeneralBackend
-from derive.model import Setting, ShapeError
+from derive.model import ShapeError
 from derive.witness import find_witness
 
 PATHS = ("general", "fixed", "rational")
@@ -92,7 +92,7 @@ def _general_model(identity, masked, context, derived, closed):
     """Build both sides, at the loss linearised at o where that is exact, else at the full CE loss."""
     loss = "ce" if identity.loss == "ce" else "linear"
     while True:
-        m = GeneralBackend(Setting(identity.level, loss, masked, identity.mask_algebra), context)
+        m = GeneralBackend(identity.setting(loss, masked), context)
         ix = m.free_indices(identity.free)
         lhs, rhs = _sides(identity, m, ix, derived, closed)
         exact, why = m.linearisation_exact()
@@ -123,7 +123,7 @@ def fixed(identity, masked, context, grid, seed=0, derived=None, closed=None):
     per_size = []
     for sizes in grid:
         t0 = time.perf_counter()
-        m = RingBackend(Setting(identity.level, "ce", masked), sizes, context)
+        m = RingBackend(identity.setting("ce", masked), sizes, context)
         for ix in m.assignments(identity.free):
             lhs, rhs = _sides(identity, m, ix, derived, closed)
             if not m.equal(lhs, rhs):
@@ -150,7 +150,7 @@ def _rational_point(identity, setting, sizes, rng, context, derived, closed):
 def rational(identity, masked, context, points, seed, derived=None, closed=None):
     """Random rational points; soundness, size coverage and outcomes in `derive.rational`."""
     rng = random.Random(seed)
-    setting = Setting(identity.level, "ce", masked)
+    setting = identity.setting("ce", masked)
     checked, drawn, uncertified = 0, [], []
     for k in range(max(1, points)):
         sizes = rational_points.draw_sizes(rng, first=k == 0, distinct=rng.random() < rational_points.DISTINCT_SHARE)

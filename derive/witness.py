@@ -23,7 +23,7 @@ from fractions import Fraction
 
 from derive import graph
 from derive.fixed import Ix
-from derive.model import Setting, ShapeError
+from derive.model import ShapeError
 from derive.rational import RationalBackend, differing
 
 PRECISIONS = (200, 800)  # bits; the second only when the first could not separate the sides
@@ -114,7 +114,7 @@ def certify(m: RationalBackend, ix, lhs, rhs):
 
 def _search(identity, masked, sizes_list, seed, derived, closed, context, points):
     rng = random.Random(f"witness/{seed}")
-    setting = Setting(identity.level, "ce", masked)
+    setting = identity.setting("ce", masked)
     for sizes in sizes_list:
         for _ in range(points):
             m = RationalBackend(setting, sizes, rng.getrandbits(64), context)
@@ -148,7 +148,7 @@ def replay(identity, witness: Witness, derived=None, closed=None, level=None):
     """Both sides of the claim rebuilt at the witness's sizes, point and indices: (m, lhs node, rhs node).
 
     Evaluate them with `derive.graph.float_value` (float64) or `RealEvaluator` (intervals)."""
-    setting = Setting(level or identity.level, "ce", witness.masked)
+    setting = identity.setting("ce", witness.masked, level)
     values = {k: Fraction(v) for k, v in witness.point.items()}
     m = RationalBackend(setting, witness.sizes, 0, values=values)
     ix = tuple(Ix(d, v) for d, v in zip(identity.free, witness.indices))

@@ -29,13 +29,18 @@ def draw_leaf(leaf, sizes, batch, g):
     return torch.randn(lead + tuple(sizes[d] for d in LEAVES[leaf]), generator=g, dtype=torch.float64)
 
 
-def draw_inputs(fn, level, sizes, batch, mask_kind, g):
-    """Random float64 values for the kernel's arguments and for every leaf the loss needs, plus the mask."""
+def draw_inputs(fn, level, sizes, batch, mask_kind, g, readout="single"):
+    """Random float64 values for the kernel's arguments and for every leaf the loss needs (R, the other heads'
+    logits, under readout "concat", whether the kernel reads it or not), plus the mask."""
     mask = reference.make_mask(mask_kind, batch, sizes["n"], g)
     params = inspect.signature(fn).parameters
     scalars = {name: float(torch.empty(()).uniform_(0.3, 1.5, generator=g)) for name in params if name in SCALARS}
     wanted = [CODE_TO_LEAF.get(p, p) for p in params if not p.startswith("grad_") and p not in SCALARS + ("mask",)]
     wanted += [leaf for leaf in (*sorted(LEVELS[level]), "WO", "Y") if leaf not in wanted]
+    if readout == "concat" and "R" not in wanted:
+        wanted.append("R")
+    elif readout != "concat" and "R" in wanted:
+        raise ValueError(f"{fn.__name__} reads the other heads' logits R, but its identity's readout is {readout!r}")
     return {leaf: draw_leaf(leaf, sizes, batch, g) for leaf in wanted}, scalars, mask
 
 
@@ -49,11 +54,11 @@ def autograd_grads(fn, level, leaves, mask, scale):
     return {f"grad_{w}": (g if g is not None else torch.zeros_like(params[w])) for w, g in zip(wanted, grads)}
 
 
-def evaluate(fn, level, sizes, batch, mask_kind, seed, device="cpu"):
+def evaluate(fn, level, sizes, batch, mask_kind, seed, device="cpu", readout="single"):
     """(relative error, scale) of derived vs closed for one random draw, computed on `device` (drawn on a
     CPU generator and moved, so every device checks the same numbers)."""
     g = torch.Generator().manual_seed(seed)
-    leaves, scalars, mask = draw_inputs(fn, level, sizes, batch, mask_kind, g)
+    leaves, scalars, mask = draw_inputs(fn, level, sizes, batch, mask_kind, g, readout)
     leaves = {k: v.to(device) for k, v in leaves.items()}
     mask = mask.to(device) if mask is not None else None
     scale = scalars.get("scale", 1.0)

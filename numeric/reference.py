@@ -44,7 +44,8 @@ def make_mask(kind, batch, n, g):
 
 
 def loss(level, leaves, mask, scale):
-    """Mean cross-entropy per sequence, summed over batch dims; leaves as in derive.model.LEAVES."""
+    """Mean cross-entropy per sequence, summed over batch dims; leaves as in derive.model.LEAVES (with R, the
+    other heads' share of the logits, added to them: readout "concat")."""
     t = dict(leaves)
     if level == "params":
         t["q"], t["k"], t["v"] = t["X"] @ t["WQ"], t["X"] @ t["WK"], t["X"] @ t["WV"]
@@ -54,6 +55,6 @@ def loss(level, leaves, mask, scale):
         t["alpha"] = softmax(t["s"], mask)
     if level != "readout":
         t["o"] = t["alpha"] @ t["v"]
-    z = t["o"] @ t["WO"]
+    z = t["o"] @ t["WO"] + t["R"] if "R" in t else t["o"] @ t["WO"]
     ce = torch.logsumexp(z, -1) - (t["Y"] * z).sum(-1)  # (..., n)
     return ce.mean(-1).sum()

@@ -7,7 +7,6 @@ from derive import claimfile, graph
 from derive import claims as registry
 from derive.all import claim_catalogue
 from derive.claims import Claim, Identity, Mutant, register
-from derive.model import Setting
 from derive.rational import RationalBackend
 
 DISTINCT = {"n": 3, "dk": 2, "dv": 4, "m": 5, "dx": 6}
@@ -27,16 +26,21 @@ def test_registry_has_every_analytic_claim_of_the_paper():
         assert c.parts, f"{c.id} has no proof obligation"
 
 
-def test_the_head_bias_claims_are_built_in_and_ours():
-    """H1–H3 follow C1–C10 in the registry, count as built-in (not extra), and are not the paper's."""
+def test_the_head_claims_are_built_in_and_ours():
+    """H1–H5 follow C1–C10 in the registry, count as built-in (not extra), and are not the paper's."""
+    heads = ["H1", "H2", "H3", "H4", "H5"]
     ids = [c.id for c in registry.claims()]
-    assert ids[10:13] == ["H1", "H2", "H3"]
-    assert registry.builtin_ids() == registry.paper_ids() | {"H1", "H2", "H3"}
-    assert not set(registry.extra_ids()) & {"H1", "H2", "H3"}
-    for cid in ("H1", "H2", "H3"):
+    assert ids[10:15] == heads
+    assert registry.builtin_ids() == registry.paper_ids() | set(heads)
+    assert not set(registry.extra_ids()) & set(heads)
+    for cid in heads:
         claim = registry.REGISTRY[cid]
-        assert claim.ref == "ours: bias gradients of an nn.MultiheadAttention-style head" and claim.mutants
-        assert claim.derivation
+        bias = cid in ("H1", "H2", "H3")
+        assert claim.ref == ("ours: bias gradients of an nn.MultiheadAttention-style head" if bias else
+                             "ours: one head of several concatenated before the output projection")
+        assert claim.mutants and claim.derivation
+        # H4 and H5 are stated with the other heads' logits in the readout; the bias claims are not
+        assert {p.readout for p in claim.parts} == {"single" if bias else "concat"}
 
 
 def test_the_account_of_the_paper_states_every_claim():
@@ -56,7 +60,7 @@ def test_c9_is_an_inequality_with_identity_steps_and_a_written_chain():
 
 def _differences(identity, derived, closed):
     """derived - closed mod p at every index assignment of one exact point (causal mask, distinct sizes)."""
-    m = RationalBackend(Setting(identity.level, "ce", True), DISTINCT, seed=11)
+    m = RationalBackend(identity.setting("ce", True), DISTINCT, seed=11)
     return tuple((graph.lift(derived(m, *ix)).val - graph.lift(closed(m, *ix)).val) % graph.P
                  for ix in m.assignments(identity.free))
 

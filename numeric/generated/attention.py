@@ -74,6 +74,15 @@ MANIFEST = {
     ("H3", "attended rows"): "identity_h3_attended_rows",
     "M22-value-bias-count": "mutant_m22_value_bias_count",
     "M23-value-bias-responsibility": "mutant_m23_value_bias_responsibility",
+    ("H4", "main"): "identity_h4_main",
+    ("H4", "head upstream"): "identity_h4_head_upstream",
+    "M24-head-alone-advantage": "mutant_m24_head_alone_advantage",
+    "M25-head-alone-upstream": "mutant_m25_head_alone_upstream",
+    ("H5", "main"): "identity_h5_main",
+    ("H5", "output block"): "identity_h5_output_block",
+    "M26-head-alone-values": "mutant_m26_head_alone_values",
+    "M27-values-routing-transposed": "mutant_m27_values_routing_transposed",
+    "M28-output-block-head-alone": "mutant_m28_output_block_head_alone",
 }
 # Identities and mutants with no check function, and why.
 UNEMITTED = {
@@ -786,4 +795,100 @@ def mutant_m23_value_bias_responsibility(q, k, v, w_o, y, mask, grad_v, scale):
     u = (p - y) @ (w_o / n_size).mT  # (..., n, d_v)
     derived = grad_v.sum(dim=-2)  # (..., d_v)
     closed = torch.einsum("...a,...ab->...b", responsibility, u)  # (..., d_v)
+    return derived, closed
+
+
+def identity_h4_main(v, s, w_o, y, mask, other_logits, grad_s):
+    """H4 / main (derived side with autograd inputs grad_*, closed side)."""
+    n_size = v.shape[-2]
+    alpha = _softmax(s, mask, dim=-1)  # (..., n, n)
+    o = alpha @ v  # (..., n, d_v)
+    z = other_logits + o @ w_o  # (..., n, m)
+    p = _softmax_(z, None, dim=-1)  # (..., n, m)
+    u = (p - y) @ (w_o / n_size).mT  # (..., n, d_v)
+    b = u @ v.mT  # (..., n, n)
+    baseline = torch.linalg.vecdot(alpha, b)  # (..., n)
+    dS = alpha.mul_(b - baseline[..., :, None])  # (..., n, n)
+    derived = grad_s  # (..., n, n)
+    closed = dS  # (..., n, n)
+    return derived, closed
+
+
+def identity_h4_head_upstream(o, w_o, y, other_logits, grad_o):
+    """H4 / head upstream (derived side with autograd inputs grad_*, closed side)."""
+    n_size = o.shape[-2]
+    z = other_logits + o @ w_o  # (..., n, m)
+    p = _softmax_(z, None, dim=-1)  # (..., n, m)
+    derived = grad_o  # (..., n, d_v)
+    closed = (p - y) @ (w_o / n_size).mT  # (..., n, d_v)
+    return derived, closed
+
+
+def mutant_m24_head_alone_advantage(v, s, w_o, y, mask, grad_s):
+    """negative control M24-head-alone-advantage: the head's own logits taken for all of them: p_i = softmax(W_O^T o_i), the other heads forgotten (derived side with autograd inputs grad_*, closed side)."""
+    n_size = v.shape[-2]
+    alpha = _softmax(s, mask, dim=-1)  # (..., n, n)
+    o = alpha @ v  # (..., n, d_v)
+    derived = grad_s  # (..., n, n)
+    closed = (((_recip(torch.exp(w_o.mT @ o.mT).sum(dim=-2))[..., :, None] * torch.exp(w_o.mT @ o.mT).mT - y) @ (w_o / n_size).mT) @ v.mT - torch.einsum("...ab,...ba->...a", alpha, v @ ((_recip(torch.exp(w_o.mT @ o.mT).sum(dim=-2))[..., :, None] * torch.exp(w_o.mT @ o.mT).mT - y) @ (w_o / n_size).mT).mT)[..., :, None]) * alpha  # (..., n, n)
+    return derived, closed
+
+
+def mutant_m25_head_alone_upstream(o, w_o, y, grad_o):
+    """negative control M25-head-alone-upstream: u from the head's own logits only: W_O (softmax(W_O^T o_i) - y_i) / n (derived side with autograd inputs grad_*, closed side)."""
+    n_size = o.shape[-2]
+    derived = grad_o  # (..., n, d_v)
+    closed = (_recip(torch.exp(w_o.mT @ o.mT).sum(dim=-2))[..., :, None] * torch.exp(w_o.mT @ o.mT).mT - y) @ (w_o / n_size).mT  # (..., n, d_v)
+    return derived, closed
+
+
+def identity_h5_main(v, s, w_o, y, mask, other_logits, grad_v):
+    """H5 / main (derived side with autograd inputs grad_*, closed side)."""
+    n_size = v.shape[-2]
+    alpha = _softmax(s, mask, dim=-1)  # (..., n, n)
+    o = alpha @ v  # (..., n, d_v)
+    z = other_logits + o @ w_o  # (..., n, m)
+    p = _softmax_(z, None, dim=-1)  # (..., n, m)
+    derived = grad_v  # (..., n, d_v)
+    closed = (w_o @ (((p - y) / n_size).mT @ alpha)).mT  # (..., n, d_v)
+    return derived, closed
+
+
+def identity_h5_output_block(o, w_o, y, other_logits, grad_WO):
+    """H5 / output block (derived side with autograd inputs grad_*, closed side)."""
+    n_size = o.shape[-2]
+    z = other_logits + o @ w_o  # (..., n, m)
+    p = _softmax_(z, None, dim=-1)  # (..., n, m)
+    derived = grad_WO  # (..., d_v, m)
+    closed = o.mT @ ((p - y) / n_size)  # (..., d_v, m)
+    return derived, closed
+
+
+def mutant_m26_head_alone_values(v, s, w_o, y, mask, grad_v):
+    """negative control M26-head-alone-values: the head's own logits taken for all of them: W_O sum_i alpha_ij (softmax(W_O^T o_i) - y_i) / n (derived side with autograd inputs grad_*, closed side)."""
+    n_size = v.shape[-2]
+    alpha = _softmax(s, mask, dim=-1)  # (..., n, n)
+    o = alpha @ v  # (..., n, d_v)
+    derived = grad_v  # (..., n, d_v)
+    closed = (w_o @ (((_recip(torch.exp(w_o.mT @ o.mT).sum(dim=-2))[..., :, None] * torch.exp(w_o.mT @ o.mT).mT - y) / n_size).mT @ alpha)).mT  # (..., n, d_v)
+    return derived, closed
+
+
+def mutant_m27_values_routing_transposed(v, s, w_o, y, mask, other_logits, grad_v):
+    """negative control M27-values-routing-transposed: routing read the wrong way: sum_i alpha_ji u_i (derived side with autograd inputs grad_*, closed side)."""
+    n_size = v.shape[-2]
+    alpha = _softmax(s, mask, dim=-1)  # (..., n, n)
+    o = alpha @ v  # (..., n, d_v)
+    z = other_logits + o @ w_o  # (..., n, m)
+    p = _softmax_(z, None, dim=-1)  # (..., n, m)
+    derived = grad_v  # (..., n, d_v)
+    closed = alpha @ ((p - y) @ (w_o / n_size).mT)  # (..., n, d_v)
+    return derived, closed
+
+
+def mutant_m28_output_block_head_alone(o, w_o, y, grad_WO):
+    """negative control M28-output-block-head-alone: the block's gradient from the head's own logits: sum_i o_i (softmax(W_O^T o_i) - y_i)^T / n (derived side with autograd inputs grad_*, closed side)."""
+    n_size = o.shape[-2]
+    derived = grad_WO  # (..., d_v, m)
+    closed = o.mT @ ((_recip(torch.exp(w_o.mT @ o.mT).sum(dim=-2))[..., :, None] * torch.exp(w_o.mT @ o.mT).mT - y) / n_size)  # (..., d_v, m)
     return derived, closed
