@@ -40,6 +40,10 @@ API = (
         ("alpha", "B", "dS", "dQ", "dK", "dV"), variants=True),
     Api("attention_backward_from_forward", "The attention backward reusing alpha and o from the forward (alpha is "
         "zero where masked, so no mask is needed).", "qk", "linear", ("B", "dS", "dQ", "dK", "dV"), ("alpha", "o")),
+    Api("attention_routing", "The routing and value gradients without dQ and dK (what numeric.watch reads).", "qk",
+        "linear", ("alpha", "B", "dS", "dV"), variants=True),
+    Api("attention_routing_from_forward", "attention_routing reusing alpha and o from the forward (any mask, float "
+        "masks included).", "qk", "linear", ("B", "dS", "dV"), ("alpha", "o")),
     Api("attention_grads_from_forward", "The module's backward: B and dS die early, so their buffers are reused.",
         "qk", "linear", ("dQ", "dK", "dV"), ("alpha", "o")),
     Api("readout_backward", "The readout: class probabilities, u = dL/do, dL/dW_O and the mean cross-entropy of "

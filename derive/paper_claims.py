@@ -7,6 +7,7 @@ IDS = frozenset(f"C{i}" for i in range(1, 11))
 # The generated API kernels a closed form feeds (derive.codegen.API).
 BACKWARD = ("attention_backward", "attention_backward_from_forward")
 GRADS = BACKWARD + ("attention_grads_from_forward",)
+ROUTING = ("attention_routing", "attention_routing_from_forward")  # without dQ and dK (numeric.watch)
 
 
 def _proximal(m, j, step):
@@ -49,7 +50,7 @@ register(Claim(
     ref="arXiv 2512.22473, advantage-based routing (the baseline is the alpha-weighted mean of b)",
     parts=(Identity("main", ("n", "n"), "scores", lambda m, i, j: m.derived_grad("s", i, j),
                     lambda m, i, j: m.dS(i, j), r"\partial L/\partial s_{ij} = \alpha_{ij}(b_{ij}-\bar b_i)",
-                    kernels=BACKWARD, output="dS"),
+                    kernels=BACKWARD + ROUTING, output="dS"),
            # The generated code computes the baseline this way: O(n d) instead of O(n^2 d).
            Identity("fused baseline", ("n",), "scores", lambda m, i: m.baseline(i), lambda m, i: m.baseline_fused(i),
                     r"\sum_k \alpha_{ik} b_{ik} = u_i\cdot o_i", replaces="baseline")),
@@ -73,7 +74,7 @@ register(Claim(
     ref="arXiv 2512.22473, responsibility-weighted value update",
     parts=(Identity("main", ("n", "dv"), "scores", lambda m, j, a: m.derived_grad("v", j, a),
                     lambda m, j, a: m.dV(j, a), r"\partial L/\partial v_{ja} = \sum_i \alpha_{ij} u_{ia}",
-                    kernels=GRADS, output="dV"),),
+                    kernels=GRADS + ROUTING, output="dV"),),
     mutants=(
         Mutant("M6-wrong-index", "C2", "main", "sum over the wrong index: sum_i alpha_ji u_i",
                lambda m, j, a: m.sum("n", lambda i: m.alpha(j, i) * m.u(i, a))),
@@ -139,7 +140,7 @@ register(Claim(
     ref="arXiv 2512.22473, the compatibility matrix B",
     parts=(Identity("main", ("n", "n"), "alpha", lambda m, i, j: m.derived_grad("alpha", i, j),
                     lambda m, i, j: m.b(i, j), r"\partial L/\partial \alpha_{ij} = u_i\cdot v_j",
-                    kernels=BACKWARD, output="B"),),
+                    kernels=BACKWARD + ROUTING, output="B"),),
     mutants=(
         Mutant("M12-times-alpha", "C7", "main", "an extra alpha factor: alpha_ij b_ij",
                lambda m, i, j: m.alpha(i, j) * m.b(i, j)),

@@ -27,6 +27,16 @@ class AttentionGrads(NamedTuple):
     dV: torch.Tensor
 
 
+class AttentionRouting(NamedTuple):
+    """attention_backward's alpha, B, A = dS and dV, without dQ and dK (two n x n contractions fewer)."""
+
+    alpha: torch.Tensor
+    B: torch.Tensor
+    A: torch.Tensor
+    dS: torch.Tensor
+    dV: torch.Tensor
+
+
 class LossGrads(NamedTuple):
     """The full loss L = sum over batch of mean-over-positions cross-entropy, and its gradients."""
 
@@ -92,6 +102,26 @@ def attention_backward(q, k, v, u, *, mask=None, scale=None, validate_inputs=Tru
     else:
         alpha, B, dS, dQ, dK, dV = gen.attention_backward_masked(q, k, v, u, mask, c)
     return AttentionGrads(alpha, B, dS, dS, sum_to(dQ, q.shape), sum_to(dK, k.shape), sum_to(dV, v.shape))
+
+
+def attention_routing(q, k, v, u, *, mask=None, scale=None, validate_inputs=True) -> AttentionRouting:
+    """alpha, B, A = dS (C1) and dV (C2) exactly as attention_backward returns them, without computing dQ and
+    dK (numeric.watch reads only these). Same inputs and conventions as attention_backward."""
+    c = _check_qkvu(q, k, v, u, mask, scale) if validate_inputs else default_scale(scale, q)
+    if q.dtype in HALF:
+        m = mask.float() if _is_additive(mask, q.dtype) else mask
+        out = attention_routing(*(t.float() for t in (q, k, v, u)), mask=m, scale=c, validate_inputs=False)
+        return AttentionRouting(*(t.to(q.dtype) for t in out))
+    graph = _needs_graph(q, k, v, u, mask)
+    if graph or _is_additive(mask, q.dtype):  # from the forward's alpha (zero where blocked), as attention_backward
+        alpha = scores_softmax(q, k, mask, c, inplace=not graph)
+        B, dS, dV = gen.attention_routing_from_forward(v, alpha, alpha @ v, u)
+        return AttentionRouting(alpha, B, dS, dS, sum_to(dV, v.shape))
+    if mask is None:
+        alpha, B, dS, dV = gen.attention_routing_unmasked(q, k, v, u, c)
+    else:
+        alpha, B, dS, dV = gen.attention_routing_masked(q, k, v, u, mask, c)
+    return AttentionRouting(alpha, B, dS, dS, sum_to(dV, v.shape))
 
 
 def attention_forward(q, k, v, *, mask=None, scale=None):

@@ -9,8 +9,9 @@ A step is one call of `model.forward` made with grad enabled (so one forward per
 ordinary training loop); steps are numbered from 0 and steps 0, K, 2K, ... are recorded. On a recorded
 step every attention call site is captured at the call: q, k, v, the mask and the scale, and a hook on
 the attention output receives u = dL/do from the real backward pass. From (q, k, v, u, mask, scale) the
-generated kernels (numeric.api.attention_backward) give alpha, B = u v^T, the advantage A = dL/dS (C1)
-and dL/dV (C2), so the recorded numbers are the proved closed forms on the model's own tensors.
+generated kernels (numeric.api.attention_routing: attention_backward without dQ and dK) give alpha,
+B = u v^T, the advantage A = dL/dS (C1) and dL/dV (C2), so the recorded numbers are the proved closed
+forms on the model's own tensors.
 
 Sites:
 - torch.nn.functional.scaled_dot_product_attention (SDPA) is intercepted by a TorchFunctionMode, pushed
@@ -54,7 +55,7 @@ import torch.nn.functional as F
 from torch import nn
 from torch.overrides import TorchFunctionMode
 
-from numeric.api import attention_backward
+from numeric.api import attention_routing
 
 SDPA = F.scaled_dot_product_attention
 TINY = 1e-30  # log clamp, as frame._js
@@ -153,31 +154,36 @@ def flat_batch(q, k, v, u, mask):
 
 
 def _chunk_stats(q, k, v, u, mask, scale, prev):
-    """Per-head partial sums, maxima and minima of one batch chunk (see Watcher), with alpha and log alpha."""
-    g = attention_backward(q, k, v, u, mask=mask, scale=scale, validate_inputs=False)
+    """Per-head partial sums, maxima and minima of one batch chunk (see Watcher), with alpha and log alpha.
+    The kernel's fresh buffers are overwritten in place once read (a fresh large buffer costs page faults)."""
+    g = attention_routing(q, k, v, u, mask=mask, scale=scale, validate_inputs=False)
     alpha, b, A = g.alpha.expand(g.A.shape), g.B, g.A  # (c, H, L, S)
     amax = alpha.amax(-1)  # (c, H, L)
     live = amax > 0  # rows with an attended key
     rows = lambda x, keep=live: torch.where(keep, x, 0).sum((0, -1))  # noqa: E731
     log_a = alpha.clamp_min(TINY).log_()
-    abs_a = A.abs()
+    dS_norm, dV_norm = A.square().sum((0, -2, -1)), g.dV.square().sum((0, -2, -1))
+    abs_a = A.abs_()  # A is not read again
     lhs = abs_a.sum(-1)  # sum_j |dL/ds_ij|
     bmax = b.abs_().masked_fill_(alpha == 0, 0).amax(-1)  # max |b_ij| over attended keys
     N = alpha.sum(-2)  # responsibilities (c, H, S)
-    out = dict(live=live.sum((0, -1)), entropy=rows(-(alpha * log_a).sum(-1)), saturation=rows(1 - amax),
+    out = dict(live=live.sum((0, -1)), entropy=rows(-torch.linalg.vecdot(alpha, log_a)), saturation=rows(1 - amax),
                adv_max=abs_a.amax((0, -2, -1)), adv_row_l1=rows(lhs), resp_max=N.amax(-1).sum(0),
                resp_min=N.amin(-1).sum(0), c9_slack=torch.where(live, 4 * (1 - amax) * bmax - lhs, math.inf).amin((0, -1)),
-               dS_norm=A.square().sum((0, -2, -1)), dV_norm=g.dV.square().sum((0, -2, -1)))
+               dS_norm=dS_norm, dV_norm=dV_norm)
     if prev is not None and prev[0].shape == alpha.shape:
         both = live & (prev[0].sum(-1) > 0)
-        out.update(js=rows(_js(alpha, log_a, *prev), both), js_live=both.sum((0, -1)))
+        out.update(js=rows(_js(alpha, log_a, *prev, buffer=b), both), js_live=both.sum((0, -1)))
     return out, alpha, log_a
 
 
-def _js(p, log_p, q, log_q):
-    """Jensen-Shannon divergence (nats) of last-axis distributions: frame._js's expression, given the logs."""
-    log_m = (p + q).mul_(0.5).clamp_min_(TINY).log_()
-    return 0.5 * (log_p - log_m).mul_(p).sum(-1) + 0.5 * (log_q - log_m).mul_(q).sum(-1)
+def _js(p, log_p, q, log_q, buffer=None):
+    """Jensen-Shannon divergence (nats) of last-axis distributions: frame._js's expression, given the logs
+    (`buffer`, of their shape, may be overwritten: it saves an allocation)."""
+    log_m = torch.lerp(p, q, 0.5).clamp_min_(TINY).log_()
+    d = torch.sub(log_p, log_m, out=buffer) if buffer is not None else log_p - log_m
+    first = d.mul_(p).sum(-1)
+    return torch.sub(log_q, log_m, out=d).mul_(q).sum(-1).add_(first).mul_(0.5)
 
 
 def head_stats(q, k, v, u, mask, scale, prev=None):

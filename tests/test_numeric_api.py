@@ -2,6 +2,7 @@
 import pytest
 import torch
 
+import numeric.api
 from numeric import attention_backward, attention_loss_backward
 from numeric.agreement import (
     TOLERANCE,
@@ -155,3 +156,31 @@ def test_mask_kinds_are_distinct():
     assert bool(padding[..., 0].all()) and not bool(padding.all())
     with pytest.raises(ValueError, match="unknown mask kind"):
         make_mask("diagonal", (), 3, g)
+
+
+@pytest.mark.parametrize("mask_kind", ["none", "bool", "float", "broadcast-bool"])
+@pytest.mark.parametrize("dtype", [torch.float64, torch.bfloat16], ids=str)
+def test_routing_is_attention_backward_without_dq_dk(mask_kind, dtype):
+    """attention_routing returns alpha, B, A, dS, dV equal (bitwise in float64 on bool/no masks, where it runs
+    its own kernel) to attention_backward's, for every mask kind and broadcast k/v batch dims."""
+    g = torch.Generator().manual_seed(7)
+    q = torch.randn(2, 3, 5, 4, generator=g, dtype=torch.float64)
+    k = torch.randn(1, 3, 6, 4, generator=g, dtype=torch.float64)  # broadcast batch
+    v = torch.randn(1, 3, 6, 2, generator=g, dtype=torch.float64)
+    u = torch.randn(2, 3, 5, 2, generator=g, dtype=torch.float64)
+    mask = {"none": None, "bool": torch.rand(2, 3, 5, 6, generator=g) < 0.7,
+            "float": torch.randn(2, 3, 5, 6, generator=g, dtype=torch.float64),
+            "broadcast-bool": torch.rand(5, 6, generator=g) < 0.6}[mask_kind]
+    q, k, v, u = (t.to(dtype) for t in (q, k, v, u))
+    if mask is not None and mask.dtype != torch.bool:
+        mask = mask.to(dtype)
+    full = numeric.api.attention_backward(q, k, v, u, mask=mask, scale=0.7)
+    routing = numeric.api.attention_routing(q, k, v, u, mask=mask, scale=0.7)
+    assert routing.dV.shape == v.shape
+    for name in ("alpha", "B", "A", "dS", "dV"):
+        a, b = getattr(routing, name), getattr(full, name)
+        assert a.dtype == dtype and a.shape == b.shape, name
+        tol = 0.0 if dtype == torch.float64 else 2e-2
+        assert float((a.double() - b.double()).abs().max()) <= tol * max(1.0, float(b.double().abs().max())), name
+    with pytest.raises(ValueError):
+        numeric.api.attention_routing(q, k, v, u[..., :1], mask=mask)

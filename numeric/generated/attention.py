@@ -148,6 +148,42 @@ def attention_backward_from_forward(q, k, v, alpha, o, u, scale):
     return B, dS, dQ, dK, dV
 
 
+def attention_routing_masked(q, k, v, u, mask, scale):
+    """The routing and value gradients without dQ and dK (what numeric.watch reads). Returns alpha, B (C7), dS (C1), dV (C2)."""
+    s = q @ (scale * k).mT  # (..., n, n)
+    alpha = _softmax_(s, mask, dim=-1)  # (..., n, n)
+    b = u @ v.mT  # (..., n, n)
+    o = alpha @ v  # (..., n, d_v)
+    baseline = torch.linalg.vecdot(o, u)  # (..., n)
+    dS = (b - baseline[..., :, None]) * alpha  # (..., n, n)
+    dV = (u.mT @ alpha).mT  # (..., n, d_v)
+    B = b  # (..., n, n)
+    return alpha, B, dS, dV
+
+
+def attention_routing_unmasked(q, k, v, u, scale):
+    """The routing and value gradients without dQ and dK (what numeric.watch reads). Returns alpha, B (C7), dS (C1), dV (C2)."""
+    s = q @ (scale * k).mT  # (..., n, n)
+    alpha = _softmax_(s, None, dim=-1)  # (..., n, n)
+    b = u @ v.mT  # (..., n, n)
+    o = alpha @ v  # (..., n, d_v)
+    baseline = torch.linalg.vecdot(o, u)  # (..., n)
+    dS = (b - baseline[..., :, None]) * alpha  # (..., n, n)
+    dV = (u.mT @ alpha).mT  # (..., n, d_v)
+    B = b  # (..., n, n)
+    return alpha, B, dS, dV
+
+
+def attention_routing_from_forward(v, alpha, o, u):
+    """attention_routing reusing alpha and o from the forward (any mask, float masks included). Returns B (C7), dS (C1), dV (C2)."""
+    b = u @ v.mT  # (..., n, n)
+    baseline = torch.linalg.vecdot(o, u)  # (..., n)
+    dS = (b - baseline[..., :, None]) * alpha  # (..., n, n)
+    dV = (u.mT @ alpha).mT  # (..., n, d_v)
+    B = b  # (..., n, n)
+    return B, dS, dV
+
+
 def attention_grads_from_forward(q, k, v, alpha, o, u, scale):
     """The module's backward: B and dS die early, so their buffers are reused. Returns dQ (C3), dK (C4), dV (C2)."""
     b = u @ v.mT  # (..., n, n)
