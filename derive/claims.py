@@ -1,12 +1,12 @@
 """The claim registry with the built-in claims loaded: the paper's C1–C10 (`derive.paper_claims`), then our
-H1–H3, the bias gradients of an nn.MultiheadAttention-style head (`derive.head_claims`).
+H1–H5, multi-head attention: bias gradients and heads concatenated before the output projection (`derive.head_claims`).
 
 A claims file (`--claims FILE`, loaded by `derive.claimfile`) imports `Claim`, `Identity`,
 `Mutant` and `register` from here; `claims()` lists the built-in claims first, then the user's.
 """
 from __future__ import annotations
 
-from derive import head_claims, paper_claims  # noqa: F401  (head_claims imports paper_claims first: C1–C10, then H1–H3)
+from derive import head_claims, paper_claims  # noqa: F401  (head_claims imports paper_claims first: C1–C10, then H1–H5)
 from derive.claim import REGISTRY, Claim, Identity, Mutant, register
 
 __all__ = ["REGISTRY", "Claim", "Identity", "Mutant", "register", "claims", "mutants", "builtin_ids", "paper_ids", "extra_ids"]

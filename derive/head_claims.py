@@ -18,7 +18,7 @@ These are our own results, not the paper's: the ids are H ("heads"), never C.
 """
 from __future__ import annotations
 
-from derive import paper_claims  # noqa: F401  (registered first: the registry lists C1–C10, then H1–H3)
+from derive import paper_claims  # noqa: F401  (registered first: the registry lists C1–C10, then H1–H5)
 from derive.claim import Claim, Identity, Mutant, register
 
 IDS = frozenset({"H1", "H2", "H3", "H4", "H5"})
