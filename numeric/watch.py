@@ -41,14 +41,11 @@ site, call, step, heads, dropout_p, and lists over heads of
 - js, v_change: drift from the previous record of the same site (None at the first): mean over live
   rows of the Jensen-Shannon divergence (nats) of alpha rows, and ||V - V_prev|| / ||V_prev||.
 With dropout_p > 0 the watcher raises unless allow_dropout=True; then the numbers are those of the
-dropout-free alpha against the real u. `python -m numeric.watch --bench` measures the overhead.
+dropout-free alpha against the real u. `python -m numeric.watch_bench` measures the overhead.
 """
 from __future__ import annotations
 
-import contextlib
 import math
-import sys
-import time
 
 import torch
 import torch.nn.functional as F
@@ -346,86 +343,3 @@ class Watcher:
 def watch(model, every=1, *, allow_dropout=False):
     """A context manager recording attention statistics of `model` every `every` steps (see the module docstring)."""
     return Watcher(model, every, allow_dropout)
-
-
-def demo_model(seed=0):
-    """The benchmark's model: a 2-layer, 4-head causal nn.TransformerEncoder (d_model 64, float32, no dropout)."""
-    torch.manual_seed(seed)
-    layer = nn.TransformerEncoderLayer(64, 4, 256, dropout=0.0, batch_first=True)
-    return nn.TransformerEncoder(layer, 2, enable_nested_tensor=False)
-
-
-def _train(model, x, mask, steps):
-    opt = torch.optim.SGD(model.parameters(), lr=1e-3)
-    for _ in range(steps):
-        model(x, mask=mask, is_causal=True).square().mean().backward()
-        opt.step()
-        opt.zero_grad()
-
-
-def _inputs(batch=16, seq=128):
-    x = torch.randn(batch, seq, 64, generator=torch.Generator().manual_seed(1))
-    return x, nn.Transformer.generate_square_subsequent_mask(seq)
-
-
-def benchmark(every=10, steps=20, repeats=15):
-    """Training-step time with and without the watcher on demo_model (one thread; blocks of `steps`
-    steps, alternating, after one warm-up block each): per-step seconds (medians), the median of the
-    per-pair ratios, the peak-RSS increase of a fresh process (MiB) and the MiB the watcher holds
-    between records (alpha, log alpha and V per site, for drift)."""
-    threads = torch.get_num_threads()
-    torch.set_num_threads(1)
-    try:
-        return _benchmark(every, steps, repeats)
-    finally:
-        torch.set_num_threads(threads)
-
-
-def _benchmark(every, steps, repeats):
-    import statistics
-    import subprocess
-    x, mask = _inputs()
-    models = {False: demo_model(), True: demo_model()}
-    times = {False: [], True: []}
-    for _ in range(repeats + 1):
-        for on, model in models.items():
-            t0 = time.perf_counter()
-            with watch(model, every=every) if on else contextlib.nullcontext() as w:
-                _train(model, x, mask, steps)
-            times[on].append((time.perf_counter() - t0) / steps)
-    plain, watched = times[False][1:], times[True][1:]  # the first block is a warm-up
-    held = sum(t.nbytes for alphas, logs, v in w._prev.values() for t in (*alphas, *logs, v)) / 2**20
-    rss = [float(subprocess.run([sys.executable, "-m", "numeric.watch", "--rss", str(on), str(every)], check=True,
-                                capture_output=True, text=True).stdout) for on in (0, 1)]
-    return dict(step_s=statistics.median(plain), step_watched_s=statistics.median(watched),
-                ratio=statistics.median(b / a for a, b in zip(plain, watched)), peak_rss_mib=rss[0],
-                peak_rss_increase_mib=rss[1] - rss[0], held_mib=held)
-
-
-def _peak_rss(on, every, steps=20):
-    """Peak resident memory (MiB) of this process after training demo_model for `steps` steps: VmHWM
-    (Linux), which starts afresh at exec, unlike ru_maxrss, which a child inherits from its parent."""
-    torch.set_num_threads(1)
-    x, mask = _inputs()
-    model = demo_model()
-    if on:
-        with watch(model, every=every):
-            _train(model, x, mask, steps)
-    else:
-        _train(model, x, mask, steps)
-    with open("/proc/self/status") as f:
-        return next(int(line.split()[1]) for line in f if line.startswith("VmHWM:")) / 1024
-
-
-if __name__ == "__main__":
-    args = sys.argv[1:]
-    if args[:1] == ["--rss"]:
-        print(_peak_rss(bool(int(args[1])), int(args[2])))
-    elif args[:1] == ["--bench"] and (len(args) == 1 or (len(args) == 3 and args[1] == "--every" and args[2].isdigit())):
-        k = int(args[2]) if len(args) == 3 else 10
-        r = benchmark(every=k, steps=max(20, 2 * k))
-        print(f"step {r['step_s'] * 1e3:.1f} ms, watched (every={k}) {r['step_watched_s'] * 1e3:.1f} ms: "
-              f"median ratio {r['ratio']:.3f}; peak RSS {r['peak_rss_mib']:.0f} MiB, +{r['peak_rss_increase_mib']:.1f} MiB; "
-              f"held between records {r['held_mib']:.1f} MiB")
-    else:
-        sys.exit("usage: python -m numeric.watch --bench [--every K]")

@@ -292,10 +292,19 @@ def test_unsupported_multihead_attention_raises_and_leaves_no_hooks():
 
 
 @pytest.mark.slow
-def test_benchmark_reports_ratio_and_memory():
-    from numeric.watch import benchmark
-    r = benchmark(every=2, steps=2, repeats=1)
+@pytest.mark.parametrize("setup", ["demo", "long"])
+def test_benchmark_reports_ratio_and_memory(setup):
+    from numeric.watch_bench import benchmark
+    r = benchmark(setup, every=2, steps=2, repeats=1)
     assert r["ratio"] > 0 and r["step_s"] > 0 and r["held_mib"] > 0 and r["peak_rss_mib"] > 0
+
+
+def test_benchmark_rejects_an_unknown_setup():
+    from numeric.watch_bench import benchmark, main
+    with pytest.raises(ValueError, match="unknown benchmark setup 'wide'; choose from demo, long"):
+        benchmark("wide")
+    with pytest.raises(SystemExit):
+        main(["--every", "0"])
 
 
 def test_a_three_dimensional_call_is_one_head_over_a_batch():

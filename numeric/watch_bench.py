@@ -1,0 +1,119 @@
+"""The watcher's cost on a training step: `python -m numeric.watch_bench [--setup NAME] [--every K]`.
+
+A setup is a model with its own training step (forward, loss, backward, optimizer step), built afresh
+by a function `() -> (model, step)`; `step(model)` trains one step. The same step is timed with and
+without `numeric.watch.watch(model, every=K)`, in alternating blocks on one thread, and the peak
+resident memory of a fresh process that trains the setup is read with and without the watcher.
+
+Setups (SETUPS):
+- `demo`: the demonstration experiment's model and training step (numeric.experiments.deep_watch: a
+  2-layer, 4-head causal nn.TransformerEncoder on the sticky wind tunnel, SGD), the model the 10%
+  goal is stated for;
+- `long`: the same kind of encoder (d_model 64, 4 heads, 2 layers, feed-forward 256) on sequences of
+  128 random vectors, batch 16, a squared-output loss: attention matrices 16x larger per sequence, so
+  the closed forms weigh more against the rest of the step.
+"""
+from __future__ import annotations
+
+import contextlib
+import importlib
+import statistics
+import subprocess
+import sys
+import time
+
+import torch
+from torch import nn
+
+from numeric.watch import watch
+
+SETUPS = {"demo": "numeric.experiments.deep_watch:benchmark_setup", "long": "numeric.watch_bench:long_setup"}
+
+
+def long_setup(seed=0):
+    """A 2-layer, 4-head causal nn.TransformerEncoder (d_model 64, float32, no dropout) on batch 16 x 128."""
+    torch.manual_seed(seed)
+    layer = nn.TransformerEncoderLayer(64, 4, 256, dropout=0.0, batch_first=True)
+    model = nn.TransformerEncoder(layer, 2, enable_nested_tensor=False)
+    x = torch.randn(16, 128, 64, generator=torch.Generator().manual_seed(1))
+    mask = nn.Transformer.generate_square_subsequent_mask(128)
+    opt = torch.optim.SGD(model.parameters(), lr=1e-3)
+
+    def step(model):
+        model(x, mask=mask, is_causal=True).square().mean().backward()
+        opt.step()
+        opt.zero_grad()
+    return model, step
+
+
+def _setup(name):
+    if name not in SETUPS:
+        raise ValueError(f"unknown benchmark setup {name!r}; choose from {', '.join(SETUPS)}")
+    module, function = SETUPS[name].split(":")
+    return getattr(importlib.import_module(module), function)
+
+
+def benchmark(setup="demo", every=10, steps=20, repeats=15):
+    """Training-step time with and without the watcher (one thread; blocks of `steps` steps, alternating,
+    after one warm-up block each): per-step seconds (medians), the median of the per-pair ratios, the
+    peak-RSS increase of a fresh process (MiB) and the MiB the watcher holds between records (alpha,
+    log alpha and V per site, for drift)."""
+    make = _setup(setup)
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)
+    try:
+        runs = {False: make(), True: make()}
+        times = {False: [], True: []}
+        for _ in range(repeats + 1):
+            for on, (model, step) in runs.items():
+                t0 = time.perf_counter()
+                with watch(model, every=every) if on else contextlib.nullcontext() as w:
+                    for _ in range(steps):
+                        step(model)
+                times[on].append((time.perf_counter() - t0) / steps)
+    finally:
+        torch.set_num_threads(threads)
+    plain, watched = times[False][1:], times[True][1:]  # the first block is a warm-up
+    held = sum(t.nbytes for alphas, logs, v in w._prev.values() for t in (*alphas, *logs, v)) / 2**20
+    rss = [float(subprocess.run([sys.executable, "-m", "numeric.watch_bench", "--rss", setup, str(on), str(every)],
+                                check=True, capture_output=True, text=True).stdout) for on in (0, 1)]
+    return dict(setup=setup, step_s=statistics.median(plain), step_watched_s=statistics.median(watched),
+                ratio=statistics.median(b / a for a, b in zip(plain, watched)), peak_rss_mib=rss[0],
+                peak_rss_increase_mib=rss[1] - rss[0], held_mib=held)
+
+
+def _peak_rss(setup, on, every, steps=20):
+    """Peak resident memory (MiB) of this process after training `steps` steps: VmHWM (Linux), which
+    starts afresh at exec, unlike ru_maxrss, which a child inherits from its parent."""
+    torch.set_num_threads(1)
+    model, step = _setup(setup)()
+    with watch(model, every=every) if on else contextlib.nullcontext():
+        for _ in range(steps):
+            step(model)
+    with open("/proc/self/status") as f:
+        return next(int(line.split()[1]) for line in f if line.startswith("VmHWM:")) / 1024
+
+
+def main(argv=None):
+    import argparse
+
+    ap = argparse.ArgumentParser(prog="python -m numeric.watch_bench", description=__doc__.split("\n")[0])
+    ap.add_argument("--setup", choices=sorted(SETUPS), default="demo", help="the model and training step (default demo)")
+    ap.add_argument("--every", type=int, default=10, help="record every K-th step (default 10)")
+    ap.add_argument("--repeats", type=int, default=15, help="timed blocks per side (default 15)")
+    ap.add_argument("--rss", nargs=3, metavar=("SETUP", "ON", "EVERY"), help=argparse.SUPPRESS)
+    args = ap.parse_args(argv)
+    if args.rss:
+        print(_peak_rss(args.rss[0], bool(int(args.rss[1])), int(args.rss[2])))
+        return 0
+    if args.every < 1 or args.repeats < 1:
+        ap.error("--every and --repeats must be positive")
+    r = benchmark(args.setup, every=args.every, steps=max(20, 2 * args.every), repeats=args.repeats)
+    print(f"{args.setup}: step {r['step_s'] * 1e3:.2f} ms, watched (every={args.every}) {r['step_watched_s'] * 1e3:.2f} ms: "
+          f"median ratio {r['ratio']:.3f}; peak RSS {r['peak_rss_mib']:.0f} MiB, +{r['peak_rss_increase_mib']:.1f} MiB; "
+          f"held between records {r['held_mib']:.2f} MiB")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
