@@ -83,6 +83,7 @@ def pipeline(device, directory, stages):
     cmd = [sys.executable, "-m", "derive.all", "--quick", "--device", device, "--only", stages, "--out", str(directory)]
     t0 = time.perf_counter()
     p = subprocess.run(cmd, capture_output=True, text=True)
+    Path(directory).mkdir(parents=True, exist_ok=True)  # a CLI that failed early may not have made it
     (Path(directory) / f"log-{stages.replace(',', '-')}.txt").write_text(p.stdout + p.stderr)
     data = json.loads((Path(directory) / "results.json").read_text()) if (Path(directory) / "results.json").exists() else {}
     mine = [c for c in data.get("checks", []) if c["stage"] in stages.split(",")]
