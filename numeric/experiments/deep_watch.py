@@ -205,8 +205,8 @@ def series(records, cfg):
     expected = cfg.steps // cfg.every + 1
     for s, recs in by_site.items():
         if len(recs) != expected or any(r["heads"] != cfg.heads for r in recs):
-            raise RuntimeError(f"deep_watch: site {s}: {len(recs)} records of {[r['heads'] for r in recs][:1]} heads, "
-                               f"expected {expected} of {cfg.heads}")
+            raise RuntimeError(f"deep_watch: site {s}: {len(recs)} records with heads {sorted({r['heads'] for r in recs})}, "
+                               f"expected {expected} records of {cfg.heads} heads")
     out = {}
     for q in QUANTITIES:
         first = 1 if q in DRIFTS else 0
@@ -219,8 +219,10 @@ def data(cfg, seed):
     tunnel = cfg.tunnel()
     g = torch.Generator().manual_seed(1000 + seed)
     batches = sample(tunnel, cfg.steps * cfg.batch, g).view(cfg.steps, cfg.batch, cfg.length)
-    torch.manual_seed(seed)
-    return batches, copy.deepcopy(DeepTunnel(cfg).state_dict())
+    with torch.random.fork_rng(devices=[]):  # the caller's global generator is left as it was
+        torch.manual_seed(seed)
+        init = copy.deepcopy(DeepTunnel(cfg).state_dict())
+    return batches, init
 
 
 def fixed_sequences(cfg):
