@@ -43,6 +43,7 @@ def test_rule_freezing_heads_reproduce_and_never_freezing_do_not():
     assert m["frame_first_fraction"] == 1.0 and m["heads_frozen"] == m["units"] == 16
     head = m["heads"][0]
     assert head["freeze_step"][0] < head["values_settle_step"][0] and head["frame_first"] == 2
+    assert head["verdict"] == "reproduced" and (head["layer"], head["head"]) == (0, 0)
     assert head["value_change_after_freeze"][0] > head["routing_drift_after_freeze"][0] > 0
     never = rules.w1({n: drifts(FLAT, LATE) for n in dw.OPTIMIZERS})
     assert never.verdict == "not-reproduced" and never.measured["optimizers"]["adamw"]["heads_frozen"] == 0
@@ -58,9 +59,13 @@ def test_rule_mixed_is_partly():
     assert across.verdict == "partly-reproduced" and "not under every optimizer" in across.reason
     within = drifts(FLAT, LATE)
     within["routing"][:, 0, 0] = EARLY  # one head of 4 in layer 0 on both seeds: 2 of 16 units
-    within["routing"][:, 1, :2] = EARLY  # and two heads of layer 1: 6 of 16 units in all
+    within["routing"][:, 1, :2] = EARLY  # and two heads of layer 1: 6 of 16 units
+    within["routing"][1, 1, 3] = EARLY  # one seed of one more head: that head partly
     r = rules.w1({n: within for n in dw.OPTIMIZERS})
-    assert r.measured["optimizers"]["sgd"]["frame_first_fraction"] == pytest.approx(6 / 16)
+    assert r.measured["optimizers"]["sgd"]["frame_first_fraction"] == pytest.approx(7 / 16)
+    assert [h["verdict"] for h in r.measured["optimizers"]["sgd"]["heads"]] == [
+        "reproduced", "not-reproduced", "not-reproduced", "not-reproduced",
+        "reproduced", "reproduced", "not-reproduced", "partly-reproduced"]
     assert r.verdict == "partly-reproduced" and r.measured["optimizers"]["sgd"]["verdict"] == "partly-reproduced"
     within["routing"][:, 1, 2:] = EARLY  # 10 of 16: most
     assert rules.w1({n: within for n in dw.OPTIMIZERS}).verdict == "reproduced"

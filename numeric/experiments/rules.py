@@ -304,6 +304,12 @@ def _step(x):
     return "-" if x is None else f"{x:.0f}"
 
 
+def _head_verdict(seeds):
+    """One layer x head over seeds: reproduced if routing froze first on every seed, partly on some, else not."""
+    first = sum(u["frame_first"] for u in seeds)
+    return "reproduced" if first == len(seeds) else "partly-reproduced" if first else "not-reproduced"
+
+
 def _w1_verdict(fraction):
     return ("reproduced" if fraction > W1_MOST else "partly-reproduced" if fraction >= W1_SOME else "not-reproduced")
 
@@ -313,9 +319,11 @@ def w1(optimizers, tol=W1_TOL):
     (seeds, layers, heads, R), "values": drifts (seeds, layers, heads, R)}} (deep_watch.rule_inputs).
 
     Per head and seed (w1_head): routing frozen first iff it settles (settle_index) strictly before the
-    values do. Per optimizer, over every (seed, layer, head): reproduced if more than W1_MOST of them
-    freeze routing first; partly-reproduced if at least W1_SOME do; else not-reproduced. Claim: reproduced
-    if every optimizer reproduces; not-reproduced if none reproduces even partly; else partly-reproduced."""
+    values do; each layer x head's verdict (reported, not voted) is reproduced if so on every seed,
+    partly-reproduced on some. Per optimizer, over every (seed, layer, head): reproduced if more than W1_MOST
+    of them freeze routing first; partly-reproduced if at least W1_SOME do; else not-reproduced. Claim:
+    reproduced if every optimizer reproduces; not-reproduced if none reproduces even partly; else
+    partly-reproduced."""
     if not optimizers:
         raise ValueError("w1: no optimizers")
     measured, per = {"tol": tol, "optimizers": {}}, {}
@@ -335,7 +343,7 @@ def w1(optimizers, tol=W1_TOL):
             "median_freeze_step": _f(np.median(frozen)) if frozen else None,
             "routing_end_ratio_median": _f(np.median([u["routing_end_ratio"] for u in units])),
             "values_end_ratio_median": _f(np.median([u["values_end_ratio"] for u in units])),
-            "heads": [{"layer": l, "head": h, "frame_first": sum(u["frame_first"] for u in seeds),
+            "heads": [{"layer": l, "head": h, "verdict": _head_verdict(seeds), "frame_first": sum(u["frame_first"] for u in seeds),
                        "seeds": len(seeds), **{k: [u[k] for u in seeds] for k in seeds[0] if k != "frame_first"}}
                       for l, layer in enumerate(heads) for h, seeds in enumerate(layer)]}
     o = measured["optimizers"]
