@@ -313,6 +313,11 @@ def summary(results, shown, ran=None):
     return "\n".join(lines)
 
 
+def empirical_shown(results):
+    """The empirical claims the summary lists: every claim a rule check names (E1-E7, W1), and E-claims on record."""
+    return {c.claim for c in results.checks if c.kind == "rule"} | {cid for cid in results.claims if cid.startswith("E")}
+
+
 def open_verdicts(results, claims):
     """Selected analytic claims whose checks ran but did not end in a positive verdict."""
     return [c.id for c in claims if results.claims.get(c.id, {}).get("verdict") in ("disproved", "undecided", "failed")]
@@ -336,7 +341,7 @@ def report_only(args, previous, only_claims):
     for name, (s, msg, seconds) in status.items():
         print(f"  {s.upper():4} report/{name:8} {seconds:6.2f}s  {msg}")
     claims = selected_claims(only_claims)
-    shown = {c.id for c in claims if c.id in previous.claims} | {cid for cid in previous.claims if cid.startswith("E")}
+    shown = {c.id for c in claims if c.id in previous.claims} | empirical_shown(previous)
     print(summary(previous, shown, ran=["report"]))
     print(f"rendered from {out / 'results.json'} (left unchanged)")
     failed = any(s == "fail" for s, _, _ in status.values())
@@ -402,7 +407,7 @@ def _main(argv):
     path = results.write(Path(args.out))
     if "report" in results.stages and "report" in ran:
         print(f"wrote {Path(args.out) / 'report.html'}, report.tex" + (", report.pdf" if (Path(args.out) / "report.pdf").exists() else ""))
-    shown = {c.id for c in claims if c.id in results.claims} | {cid for cid in results.claims if cid.startswith("E")}
+    shown = {c.id for c in claims if c.id in results.claims} | empirical_shown(results)
     print(summary(results, shown, ran=ran if previous is not None else None))
     print(f"wrote {path}")
     return exit_status(results, claims)

@@ -127,7 +127,10 @@ class ExperimentSizes:
     (`typicality_seeds`, both protocols) run unless listed in `opt_in`; a job in `opt_in` trains only
     with `--extended`, and its cached results are read when present. Exactness: `exact_steps` in
     float64 on `exact_seeds`; speed: `speed_steps` on `speed_seeds`. Simulations (E6, E7, C9) and the
-    wind tunnel (E5) have their own sizes."""
+    wind tunnel (E5) have their own sizes. The deep demonstration (W1, numeric.experiments.deep_watch):
+    `deep_steps` training steps of batch `deep_batch` per optimizer on each of `deep_seeds`, watched every
+    `deep_every` steps on `deep_probe_batch` probe sequences, width `deep_d_model` (feed-forward `deep_ff`),
+    sequences of `deep_length` symbols, KL to Bayes on `deep_eval_batch` held-out sequences."""
 
     length: int
     steps: int
@@ -153,11 +156,31 @@ class ExperimentSizes:
     tunnel_eval_batch: int
     tunnel_length: int
     opt_in: tuple = ("typicality",)  # jobs trained only with --extended (else read from the cache when present)
+    deep_steps: int = 800
+    deep_batch: int = 16
+    deep_seeds: tuple = (0, 1)
+    deep_every: int = 40
+    deep_d_model: int = 64
+    deep_ff: int = 128
+    deep_length: int = 32
+    deep_probe_batch: int = 32
+    deep_eval_batch: int = 256
 
     def __post_init__(self):
         _check_ints(self, "length", "steps", "blocks", "checkpoints", "tracked_rows", "replay_steps", "exact_steps",
                     "speed_steps", "typicality_length", "typicality_steps", "dynamics_instances",
-                    "dynamics_train_steps", "tunnel_steps", "tunnel_batch", "tunnel_eval_batch", "tunnel_length")
+                    "dynamics_train_steps", "tunnel_steps", "tunnel_batch", "tunnel_eval_batch", "tunnel_length",
+                    "deep_steps", "deep_batch", "deep_every", "deep_d_model", "deep_ff", "deep_probe_batch",
+                    "deep_eval_batch")
+        _check_ints(self, "deep_length", minimum=3)
+        _check_seeds(self, "deep_seeds")
+        if len(self.deep_seeds) < 2:
+            raise ValueError("ExperimentSizes.deep_seeds must hold at least two seeds (intervals over seeds need two)")
+        if self.deep_steps % self.deep_every or self.deep_steps // self.deep_every < 4:
+            raise ValueError(f"ExperimentSizes.deep_steps ({self.deep_steps}) must be a multiple of deep_every "
+                             f"({self.deep_every}) with at least 4 watched records")
+        if self.deep_d_model % 4:
+            raise ValueError(f"ExperimentSizes.deep_d_model must be a multiple of the 4 heads, got {self.deep_d_model}")
         if self.length < 3 or self.typicality_length < 3:
             raise ValueError("ExperimentSizes.length and typicality_length must be >= 3")
         if not isinstance(self.fresh, tuple) or not self.fresh or not all(isinstance(g, FreshGroup) for g in self.fresh):
@@ -245,7 +268,9 @@ QUICK = Profile(
                     exact_steps=10, exact_seeds=(42, 2024), speed_steps=10, speed_seeds=(42, 2024),
                     typicality_seeds=tuple(range(1, 7)), typicality_length=100, typicality_steps=60,
                     dynamics_instances=32, dynamics_train_steps=150,
-                    tunnel_steps=200, tunnel_batch=32, tunnel_eval_batch=128, tunnel_length=32),
+                    tunnel_steps=200, tunnel_batch=32, tunnel_eval_batch=128, tunnel_length=32,
+                    deep_steps=60, deep_batch=8, deep_seeds=(0, 1), deep_every=10, deep_d_model=32, deep_ff=64,
+                    deep_length=16, deep_probe_batch=16, deep_eval_batch=64),
 )
 
 DEFAULT = Profile(
@@ -268,7 +293,9 @@ DEFAULT = Profile(
                     typicality_seeds=tuple(range(100, 150)), typicality_length=2000, typicality_steps=1000,
                     dynamics_instances=64, dynamics_train_steps=300,
                     tunnel_steps=1500, tunnel_batch=64, tunnel_eval_batch=256, tunnel_length=48,
-                    opt_in=("typicality", "sweep")),
+                    opt_in=("typicality", "sweep"),
+                    deep_steps=800, deep_batch=16, deep_seeds=(0, 1), deep_every=40, deep_d_model=64, deep_ff=128,
+                    deep_length=32, deep_probe_batch=32, deep_eval_batch=256),
 )
 
 PROFILES = {"quick": QUICK, "default": DEFAULT}

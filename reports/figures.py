@@ -7,10 +7,11 @@ import matplotlib
 
 matplotlib.use("Agg")
 import matplotlib.pyplot as plt  # noqa: E402
+from matplotlib.ticker import LogLocator, MaxNLocator, NullLocator, StrMethodFormatter  # noqa: E402
 
 matplotlib.rcParams.update({"svg.hashsalt": "report", "figure.dpi": 100, "font.size": 9, "axes.grid": True,
                             "grid.alpha": 0.3, "figure.figsize": (6.4, 3.4)})
-COLORS = {"sgd": "#1f77b4", "em_like": "#d62728", "em_mstep": "#2ca02c"}
+COLORS = {"sgd": "#1f77b4", "em_like": "#d62728", "em_mstep": "#2ca02c", "adamw": "#9467bd"}
 
 
 def loss_curves(r):
@@ -179,9 +180,79 @@ def benchmark(r):
     return fig
 
 
+# W1: one small-multiples figure per watched quantity (layers x heads panels, one curve per optimizer):
+# name -> (quantities drawn solid then dashed, title, log scale)
+DEEP_FIGURES = {
+    "deep_entropy": (("entropy",), "attention entropy (nats)", False),
+    "deep_saturation": (("saturation",), r"saturation $1 - \max_j \alpha_{ij}$", False),
+    "deep_adv_row_l1": (("adv_row_l1",), r"advantage row mass $\sum_j |A_{ij}|$", True),
+    "deep_resp_max": (("resp_max",), r"largest responsibility $\max_j N_j$", False),
+    "deep_c9_slack": (("c9_slack",), "C9 slack (>= 0: the bound holds)", False),
+    "deep_grad_norms": (("dS_norm", "dV_norm"), r"$\|dL/dS\|$ (solid) and $\|dL/dV\|$ (dashed)", True),
+    "deep_js": (("js",), "routing drift: JS divergence of attention rows since the last record (nats)", True),
+    "deep_v_change": (("v_change",), r"value drift: $\|V - V_{prev}\| / \|V_{prev}\|$", True),
+}
+DRIFTS = ("js", "v_change")  # recorded from the second record on
+FIXED_LAYOUT = set(DEEP_FIGURES)  # laid out by deep_grid itself: saved without bbox_inches="tight"
+
+
+def deep_grid(r, quantities, title, log):
+    """A layers x heads grid of panels, each with every optimizer's curve (mean over seeds) over steps. Panels
+    share the y axis within a layer and the x axis throughout (few tick labels: a figure renders in well under a
+    second, eight of them are drawn)."""
+    dw = r.get("experiments", {}).get("deep_watch")
+    if not dw:
+        return None
+    L, H = dw["layers"], dw["heads"]
+    fig, axes = plt.subplots(L, H, figsize=(7.2, 1.4 * L + 0.8), sharex=True, sharey="row", squeeze=False)
+    for name, o in dw["optimizers"].items():
+        s = o["series"]
+        for q, ls in zip(quantities, ("-", "--")):
+            steps = s["drift_steps"] if q in DRIFTS else s["steps"]
+            for layer in range(L):
+                for h in range(H):
+                    axes[layer][h].plot(steps, s[q][layer][h], color=COLORS.get(name), ls=ls, lw=1,
+                                        label=name if ls == "-" else None)
+    for h, ax in enumerate(axes[0]):
+        ax.set_title(f"head {h}", fontsize=7, pad=2)
+    for layer, row in enumerate(axes):
+        row[0].set_ylabel(f"layer {layer}", fontsize=7, labelpad=1)
+        _ticks(row[0], log)  # the row shares its y axis
+        for ax in row:
+            ax.tick_params(labelsize=6, pad=1)
+            ax.yaxis.get_offset_text().set_fontsize(6)
+            ax.xaxis.set_major_locator(MaxNLocator(3, integer=True))
+    for ax in axes[-1]:
+        ax.set_xlabel("step", fontsize=7, labelpad=1)
+    axes[0][0].legend(fontsize=6)
+    height = 1.4 * L + 0.8
+    fig.suptitle(f"W1, {len(dw['seeds'])} seeds: {title}", fontsize=8)
+    fig.subplots_adjust(left=0.1, right=0.99, bottom=0.4 / height, top=1 - 0.5 / height, wspace=0.1, hspace=0.15)
+    return fig
+
+
+def _ticks(ax, log):
+    """Few y ticks in plain text (mathtext labels are slow to draw): decades on a log axis spanning more than
+    one, else 1-2-5 steps; three ticks on a linear axis."""
+    if not log:
+        ax.yaxis.set_major_locator(MaxNLocator(3))
+        return
+    ax.set_yscale("log")
+    lo, hi = ax.get_ylim()
+    wide = lo > 0 and hi / lo > 12
+    ax.yaxis.set_major_locator(LogLocator(subs=(1.0,) if wide else (1.0, 2.0, 5.0), numticks=5))
+    ax.yaxis.set_major_formatter(StrMethodFormatter("{x:.0e}"))
+    ax.yaxis.set_minor_locator(NullLocator())
+
+
+def _deep(name):
+    return lambda r: deep_grid(r, *DEEP_FIGURES[name])
+
+
 FIGURES = {"loss_curves": loss_curves, "steps_to_threshold": steps_to_threshold, "entropy_floor": entropy_floor,
            "frame_precision": frame_precision, "lr_sweep": lr_sweep, "manifold": manifold,
-           "simulations": simulations, "typicality": typicality, "scaling": scaling, "benchmark": benchmark}
+           "simulations": simulations, "typicality": typicality, "scaling": scaling, "benchmark": benchmark,
+           **{name: _deep(name) for name in DEEP_FIGURES}}
 
 
 def render_all(results, out_dir):
@@ -194,8 +265,9 @@ def render_all(results, out_dir):
         if fig is None:
             continue
         buf = io.StringIO()
-        fig.savefig(buf, format="svg", metadata={"Date": None}, bbox_inches="tight")
-        fig.savefig(fig_dir / f"{name}.pdf", metadata={"CreationDate": None, "ModDate": None}, bbox_inches="tight")
+        bbox = None if name in FIXED_LAYOUT else "tight"  # "tight" draws the figure twice per file
+        fig.savefig(buf, format="svg", metadata={"Date": None}, bbox_inches=bbox)
+        fig.savefig(fig_dir / f"{name}.pdf", metadata={"CreationDate": None, "ModDate": None}, bbox_inches=bbox)
         plt.close(fig)
         svg = buf.getvalue()
         out[name] = svg[svg.index("<svg"):]

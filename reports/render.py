@@ -17,7 +17,7 @@ from pathlib import Path
 
 import jinja2
 
-from reports.figures import render_all
+from reports.figures import DEEP_FIGURES, render_all
 
 HERE = Path(__file__).resolve().parent
 VENDOR = HERE / "vendor" / "katex"
@@ -338,6 +338,46 @@ def _pct_plain(value):
     return DASH if not isinstance(value, (int, float)) else f"{100 * value:.1f}%"
 
 
+OPTIMIZER_LABELS = {"sgd": "SGD", "em_like": "EM-like", "adamw": "AdamW"}
+
+
+def deep_view(experiments, claims):
+    """W1's section: a sentence on the run, the verdict with its reason, a row per optimizer, the figures."""
+    dw = experiments.get("deep_watch")
+    if not dw:
+        return None
+    w1 = next((c for c in claims if c.get("id") == "W1"), {})
+    cfg = dw.get("config") or {}
+    rows = []
+    for name, o in (dw.get("optimizers") or {}).items():
+        ci = o.get("kl_bits_ci95") or []
+        lr = _num(o.get("lr"), 4) + (f" (V {_num(o['value_lr'], 3)})" if "value_lr" in o else "")
+        rows.append([OPTIMIZER_LABELS.get(name, name), lr, _num(o.get("final_loss"), 4),
+                     _num(o.get("kl_bits"), 4) + (f" ({ci[0]:.4f}{DASH}{ci[1]:.4f})" if len(ci) == 2 else ""),
+                     f"{o.get('heads_frozen', DASH)}/{o.get('units', DASH)}", _num(o.get("median_freeze_step"), 0),
+                     _pct_plain(o.get("frame_first_fraction")),
+                     f"{_num(o.get('routing_end_ratio_median'), 2)}, {_num(o.get('values_end_ratio_median'), 2)}",
+                     o.get("verdict", DASH)])
+    seconds = dw.get("train_seconds")
+    summary = (f"A {dw.get('layers')}-layer, {dw.get('heads')}-head causal nn.TransformerEncoder (d_model "
+               f"{cfg.get('d_model', DASH)}, feed-forward {cfg.get('ff', DASH)}, pre-LN, no dropout) predicts the next "
+               f"symbol of the sticky wind tunnel's sequences ({cfg.get('symbols', DASH)} symbols, length "
+               f"{cfg.get('length', DASH)}). Each of {len(dw.get('seeds', []))} seeds "
+               f"({', '.join(map(str, dw.get('seeds', [])))}) draws one data stream and one set of initial weights, "
+               f"trained {dw.get('steps')} steps (batch {cfg.get('batch', DASH)}) by SGD, the EM-like schedule and "
+               f"AdamW; every {dw.get('every')} steps the watcher records every head on a fixed probe batch"
+               + (f" ({seconds:.0f} s in all)" if isinstance(seconds, (int, float)) else "") + ". KL to the exact Bayes "
+               f"predictive (entropy {_num(dw.get('bayes_entropy_bits'), 3)} bits) is measured on "
+               f"{cfg.get('eval_batch', DASH)} held-out sequences, its 95% interval by bootstrap over them; final loss "
+               f"is the mean training loss of the last {dw.get('tail_steps', DASH)} steps. Smallest C9 slack over every "
+               f"record: {fmt(dw.get('min_c9_slack'), 3)}.")
+    return {"summary": summary, "verdict": w1.get("verdict", "not-run"), "reason": w1.get("evidence", ""),
+            "header": ["optimizer", "LR", "final loss (nats)", "KL to Bayes (bits, 95% CI)", "routing froze",
+                       "median freeze step", "froze before values settled", "drift at end / early (routing, values)",
+                       "verdict"],
+            "rows": rows, "figures": list(DEEP_FIGURES)}
+
+
 def context(results):
     checks = results["checks"]
     counts = {s: sum(1 for c in checks if c["status"] == s) for s in ("pass", "fail", "skipped")}
@@ -359,6 +399,7 @@ def context(results):
         "replay": replay_view(results.get("experiments", {})),
         "fresh_summary": fresh_summary(claims, results.get("experiments", {})),
         "typicality": typicality_view(results.get("experiments", {})), "extended_howto": EXTENDED_HOWTO,
+        "deep": deep_view(results.get("experiments", {}), claims),
         "stages": results.get("stages", {}), "derive": results.get("derive", {}),
         "commands": [f"python -m derive.all{' --quick' if env.get('profile') == 'quick' else ''} --out DIR",
                      "python -m reports.render DIR", "pip install torch==2.13.0 -e '.[test]' && pytest"],

@@ -61,7 +61,29 @@ CONTROLS = [
     for cid, verdict, reason in (
         ("E1/sgd-vs-itself", "not-reproduced", "the excess interval reaches 0"),
         ("E3/identical", "partly-reproduced", "only loss holds at p < 0.05"),
-        ("E6/plus-A", "not-reproduced", "sign(delta alpha) = sign(-A) for 11.9% of live entries: below 75%"))]
+        ("E6/plus-A", "not-reproduced", "sign(delta alpha) = sign(-A) for 11.9% of live entries: below 75%"),
+        ("W1/attention-at-values-rate", "not-reproduced", "sgd: routing froze first in 0% of 4 units"))]
+W1_REASON = ("sgd: routing froze first in 75% of 4 seed x layer x head units (routing froze in 3, median step 20) -> "
+             "reproduced; adamw: routing froze first in 0% of 4 seed x layer x head units -> not-reproduced")
+
+
+def deep_watch():
+    """experiments.deep_watch of a tiny run: 1 layer x 2 heads, 2 seeds, SGD and AdamW, 3 records."""
+    def optimizer(i, verdict):
+        grid = lambda base: [[[base + 0.1 * h + 0.01 * t for t in range(3)] for h in range(2)]]  # noqa: E731
+        drift = lambda base: [[[base + 0.1 * h - 0.01 * t for t in range(2)] for h in range(2)]]  # noqa: E731
+        series = {q: grid(0.5 + i) for q in ("entropy", "saturation", "adv_max", "adv_row_l1", "resp_max", "resp_min",
+                                             "c9_slack", "dS_norm", "dV_norm")}
+        return {"lr": 0.3 if i == 0 else 0.003, "final_loss": 1.3 - 0.05 * i, "final_loss_per_seed": [1.31, 1.29],
+                "kl_bits": 0.134 - 0.08 * i, "kl_bits_ci95": [0.121 - 0.08 * i, 0.147 - 0.08 * i],
+                "kl_bits_per_seed": [0.13, 0.138], "verdict": verdict, "frame_first_fraction": 0.75 - 0.75 * i,
+                "heads_frozen": 3 - 3 * i, "units": 4, "median_freeze_step": 20.0 if i == 0 else None,
+                "routing_end_ratio_median": 0.15 + i, "values_end_ratio_median": 0.4,
+                "series": {"steps": [0, 10, 20], "drift_steps": [10, 20], **series, "js": drift(0.02), "v_change": drift(0.2)}}
+    return {"seeds": [0, 1], "steps": 20, "every": 10, "layers": 1, "heads": 2, "tail_steps": 2, "bayes_entropy_bits": 1.62,
+            "min_c9_slack": -1.2e-10, "train_seconds": 3.4, "verdict": "partly-reproduced",
+            "config": {"d_model": 32, "ff": 64, "symbols": 5, "length": 16, "batch": 8, "eval_batch": 64},
+            "optimizers": {"sgd": optimizer(0, "reproduced"), "adamw": optimizer(1, "not-reproduced")}}
 
 
 def two_verdicts(cid, name, statement, replay, fresh, measured, context):
@@ -180,6 +202,9 @@ def fixture_results():
                      " Exact Bayes floor 1.8300 nats."),
         two_verdicts("E3", "sharper-em", "", ("reproduced", "loss, entropy and accuracy hold at p < 0.05"),
                      ("partly-reproduced", "only loss holds at p < 0.05"), {}, ""),
+        {"id": "W1", "name": "frame-precision-deep", "verdict": "partly-reproduced", "evidence": W1_REASON,
+         "statement": "attention routing freezes while the values keep refining, in a deep model",
+         "ref": "ours: E4 in a 2-layer, 4-head nn.TransformerEncoder on the sticky wind tunnel"},
     ]
     return {
         "schema_version": 1,
@@ -213,7 +238,7 @@ def fixture_results():
                                                      {"mu_rng": "torch-float64", "mu_seed": 1, "seeds": [2024], "sgd_final_loss": 2.05,
                                                       "em_like_final_loss": 1.98, "speedup": 2.45,
                                                       "speedup_ci95": [2.1, 2.9]}]}},
-            "sticky_replay": replay_full(), "typicality": typicality(),
+            "sticky_replay": replay_full(), "typicality": typicality(), "deep_watch": deep_watch(),
             "lr_ratio_sweep": {"points": [{"ratio": r, "speedup": 1 + r / 20, "final_loss": 2.0} for r in (1, 10, 50)]},
             "speed_vs_sequential": {"speedup": 4.5, "speedup_per_round": [4.25, 4.5, 4.75], "method": "timed over 20 steps",
                                     "max_abs_loss_difference": 1e-7},
@@ -232,7 +257,7 @@ def legacy_results():
     del r["inconsistencies"]
     for key in ("fuzz", "engine_mutants", "rational_bound"):
         del r["derive"][key]
-    for key in ("sticky_replay", "typicality"):
+    for key in ("sticky_replay", "typicality", "deep_watch"):
         del r["experiments"][key]
     md = r["experiments"]["sticky_markov"]["mu_draws"]
     md["speedup_ci95"] = md.pop("speedup_range")  # an interval over the draws, as once written

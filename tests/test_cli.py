@@ -113,6 +113,8 @@ def test_experiments_stage_quick_and_cached(tmp_path):
     data = json.loads((tmp_path / "results.json").read_text())
     verdicts = {c["id"]: c["verdict"] for c in data["claims"]}
     assert all(verdicts[f"E{i}"] != "not-run" for i in range(1, 8))
+    assert verdicts["W1"] in ("reproduced", "partly-reproduced", "not-reproduced")  # ours, in the summary too
+    assert f"W1     {verdicts['W1']}" in p.stdout and "deep_watch" in data["experiments"]
     sm = data["experiments"]["sticky_markov"]
     assert {"h_min", "speedup", "speedup_ci95", "steps_to_threshold", "arms", "paired_t", "p_value"} <= set(sm)
     assert {"sgd", "em_like", "em_mstep"} <= set(sm["arms"])
@@ -123,3 +125,4 @@ def test_experiments_stage_quick_and_cached(tmp_path):
     assert any(c["id"] == "experiments/sticky/batched-equals-sequential" and c["status"] == "pass" for c in data["checks"])
     again = run("--only", "experiments", "--quick", "--device", "cpu", "--out", str(tmp_path), timeout=600)
     assert again.returncode == 0 and "cached   sticky-fresh-0" in again.stdout and "cached   sticky-fresh-1" in again.stdout
+    assert "cached   deep-watch" in again.stdout

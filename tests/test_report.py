@@ -412,3 +412,33 @@ def test_partial_experiments_do_not_crash(tmp_path):
     html, tex = _render(tmp_path, r)
     assert 'id="replay-table"' in html and 'id="typicality-table"' in html and "fresh streams: reproduced" in html
     assert "paper&#39;s streams: not-run" in html and "\\subsection*{Typicality of the paper's five seeds}" in tex
+
+
+def test_deep_model_section_shows_the_verdict_table_and_a_figure_per_quantity(rendered):
+    out, _ = rendered
+    html, tex = (out / "report.html").read_text(), (out / "report.tex").read_text()
+    section = html[html.index('id="deep-watch"'):html.index("<th>experiment check</th>")]
+    assert '<span class="badge partial">partly-reproduced</span> sgd: routing froze first in 75%' in section
+    assert "A 1-layer, 2-head causal nn.TransformerEncoder (d_model 32, feed-forward 64" in section
+    assert ('<tr><td>SGD</td><td class="num">0.3000</td><td class="num">1.3000</td>'
+            '<td class="num">0.1340 (0.1210–0.1470)</td><td class="num">3/4</td><td class="num">20</td>'
+            '<td class="num">75.0%</td><td class="num">0.15, 0.40</td><td><span class="badge good">reproduced</span></td></tr>'
+            ) in section
+    assert '<td class="num">0/4</td><td class="num">–</td>' in section  # AdamW: no head froze, no median
+    from reports.figures import DEEP_FIGURES
+    assert len(DEEP_FIGURES) == 8
+    for name in DEEP_FIGURES:
+        assert f'<figure id="fig-{name}">' in section and (out / "figures" / f"{name}.pdf").exists()
+        assert tex.count(f"figures/{name}.pdf") == 1  # in the section, not again at the end
+    assert r"\subsection*{W1: frame and precision in a deep model, watched while it trains}" in tex
+    assert r"\verdict{partial}{partly-reproduced}. sgd: routing froze first in 75\% of 4" in tex
+    assert (r"SGD & 0.3000 & 1.3000 & 0.1340 (0.1210–0.1470) & 3/4 & 20 & 75.0\% & 0.15, 0.40 & "
+            r"\verdict{good}{reproduced} \\") in tex
+
+
+def test_deep_model_section_says_when_it_did_not_run(tmp_path):
+    from report_fixture import legacy_results
+
+    html, tex = _render(tmp_path, legacy_results())
+    assert '<p id="deep-watch-howto">W1 (the watched deep model): not run in this invocation.</p>' in html
+    assert "W1 (the watched deep model): not run in this invocation." in tex and "fig-deep_js" not in html

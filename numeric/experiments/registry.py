@@ -1,4 +1,4 @@
-"""The empirical claims E1–E7, registered as the analytic C1–C10 are (derive.claims).
+"""The empirical claims E1–E7 (and W1, ours), registered as the analytic C1–C10 are (derive.claims).
 
 Each entry holds the paper's facts once (name, statement, where the paper says it, its figure), the
 measured quantities its rule reads, the rule (numeric.experiments.rules) and the rule's thresholds by
@@ -112,5 +112,17 @@ register(EmpiricalClaim(
     f"{PAPER}, small simulations (qualitative)", {},
     ("cosine of value updates and of values with the routed error signal, with a control",),
     rules.e7, {"E7_RISE": rules.E7_RISE, "E7_FINAL": rules.E7_FINAL}))
+
+# -- ours: the paper's E4 asked of a deep model -------------------------------------------------------------
+register(EmpiricalClaim(
+    "W1", "frame-precision-deep",
+    "attention routing freezes while the values keep refining, in every attention head of a deep model under "
+    "SGD, the EM-like schedule and AdamW",
+    "ours: E4 in a 2-layer, 4-head nn.TransformerEncoder on the sticky wind tunnel", {},
+    ("drift of attention rows (JS distance) between watcher records on a fixed probe batch, per layer x head",
+     "relative change of V between the same records, per layer x head",
+     "three optimizers on the same data stream and initial weights per seed"),
+    rules.w1, {"W1_TOL": rules.W1_TOL, "W1_EARLY": rules.W1_EARLY, "W1_HOLD": rules.W1_HOLD,
+               "W1_MOST": rules.W1_MOST, "W1_SOME": rules.W1_SOME}))
 
 IDS = tuple(REGISTRY)

@@ -1,4 +1,4 @@
-"""The verdicts of the empirical claims E1–E7 as pure functions of measurements.
+"""The verdicts of the empirical claims E1–E7 (and W1, ours: E4 in a deep model) as pure functions of measurements.
 
 Every rule takes numbers (numpy arrays, lists, dicts of them) and returns a `Rule`: a verdict in
 VERDICTS, a reason naming the one branch that fired with its numbers, and the measurements it used.
@@ -8,7 +8,8 @@ No rule trains, touches torch state or reads files.
 
 Negative controls: for every claim there is an input on which its rule must say `not-reproduced`
 (identical arms, a uniform predictor, arms swapped, attention converging at the values' rate,
-features independent of the entropy, the opposite sign prediction, values that do not train).
+features independent of the entropy, the opposite sign prediction, values that do not train; for W1
+routing drifting at the values' rate, and routing that never stops drifting).
 NEGATIVE_CONTROLS holds them on synthetic inputs; `negative_controls(measurements)` derives them from
 the measurements of a real run. A rule that does not say `not-reproduced` on its control is not able
 to tell the claim from its absence, whatever it says on the real run.
@@ -258,6 +259,109 @@ def e4(arms, tol=E4_TOL):
     return Rule("not-reproduced", f"{head}: attention stabilises first in no arm", measured)
 
 
+# -- W1: E4 in a deep model, from the watcher's drifts ----------------------------------------------------
+# Drift: the change between consecutive watcher records on a fixed probe batch (routing: the JS distance of
+# attention rows; values: the relative change of V), per layer x head. A series "settles" at the first record
+# after which it stays within W1_TOL of its early level (E4's 80% of the way, here on drift) for at least the
+# last W1_HOLD records (one quiet interval is not a freeze). The early level is the largest drift in the first
+# W1_EARLY of the records, not the first drift: routing gradients start small, and attention can begin to move
+# only after the values have. An optimizer reproduces when most (more than W1_MOST) of its heads freeze
+# routing strictly before their values settle, partly when at least W1_SOME do.
+W1_TOL = 0.2
+W1_EARLY = 0.25
+W1_HOLD = 3
+W1_MOST = 0.5
+W1_SOME = 0.25
+
+
+def settle_index(series, tol=W1_TOL, early=W1_EARLY, hold=W1_HOLD):
+    """(index of the first record after which `series` stays <= tol x its early level, early level); the
+    index is len(series) when fewer than `hold` final records stay there (it never settles)."""
+    x = np.asarray(series, float)
+    level = float(x[: max(1, math.ceil(early * x.size))].max())
+    i = x.size
+    while i > 0 and x[i - 1] <= tol * level:
+        i -= 1
+    return (i if x.size - i >= hold else x.size), level
+
+
+def w1_head(steps, routing, values, tol=W1_TOL):
+    """One head on one seed: routing's freeze step, the values' settle step (None: never), whether routing
+    froze strictly first, each drift at the end over its early level (the mean of the last W1_HOLD records),
+    and how much the values still moved after the freeze (summed relative change)."""
+    r, r_level = settle_index(routing, tol)
+    v, v_level = settle_index(values, tol)
+    n = len(steps)
+    end = lambda x, level: _f(np.mean(np.asarray(x, float)[-W1_HOLD:]) / level) if level > 0 else 0.0  # noqa: E731
+    return {"freeze_step": int(steps[r]) if r < n else None, "values_settle_step": int(steps[v]) if v < n else None,
+            "frame_first": bool(r < n and r < v), "routing_end_ratio": end(routing, r_level),
+            "values_end_ratio": end(values, v_level),
+            "value_change_after_freeze": _f(np.sum(np.asarray(values, float)[r:])) if r < n else None,
+            "routing_drift_after_freeze": _f(np.sum(np.asarray(routing, float)[r:])) if r < n else None}
+
+
+def _step(x):
+    return "-" if x is None else f"{x:.0f}"
+
+
+def _head_verdict(seeds):
+    """One layer x head over seeds: reproduced if routing froze first on every seed, partly on some, else not."""
+    first = sum(u["frame_first"] for u in seeds)
+    return "reproduced" if first == len(seeds) else "partly-reproduced" if first else "not-reproduced"
+
+
+def _w1_verdict(fraction):
+    return ("reproduced" if fraction > W1_MOST else "partly-reproduced" if fraction >= W1_SOME else "not-reproduced")
+
+
+def w1(optimizers, tol=W1_TOL):
+    """W1 (ours): E4 in a deep model. optimizers: {name: {"steps": record steps (R,), "routing": drifts
+    (seeds, layers, heads, R), "values": drifts (seeds, layers, heads, R)}} (deep_watch.rule_inputs).
+
+    Per head and seed (w1_head): routing frozen first iff it settles (settle_index) strictly before the
+    values do; each layer x head's verdict (reported, not voted) is reproduced if so on every seed,
+    partly-reproduced on some. Per optimizer, over every (seed, layer, head): reproduced if more than W1_MOST
+    of them freeze routing first; partly-reproduced if at least W1_SOME do; else not-reproduced. Claim:
+    reproduced if every optimizer reproduces; not-reproduced if none reproduces even partly; else
+    partly-reproduced."""
+    if not optimizers:
+        raise ValueError("w1: no optimizers")
+    measured, per = {"tol": tol, "optimizers": {}}, {}
+    for name, d in optimizers.items():
+        R, V, steps = np.asarray(d["routing"], float), np.asarray(d["values"], float), list(d["steps"])
+        if R.ndim != 4 or R.shape != V.shape or R.shape[-1] != len(steps):
+            raise ValueError(f"w1: {name}: routing and values must be (seeds, layers, heads, {len(steps)}) arrays of "
+                             f"one shape, got {R.shape}, {V.shape}")
+        heads = [[[w1_head(steps, R[s, l, h], V[s, l, h], tol) for s in range(R.shape[0])] for h in range(R.shape[2])]
+                 for l in range(R.shape[1])]
+        units = [u for layer in heads for head in layer for u in head]
+        first = sum(u["frame_first"] for u in units) / len(units)
+        frozen = [u["freeze_step"] for u in units if u["freeze_step"] is not None]
+        per[name] = _w1_verdict(first)
+        measured["optimizers"][name] = {
+            "verdict": per[name], "frame_first_fraction": _f(first), "heads_frozen": len(frozen), "units": len(units),
+            "median_freeze_step": _f(np.median(frozen)) if frozen else None,
+            "routing_end_ratio_median": _f(np.median([u["routing_end_ratio"] for u in units])),
+            "values_end_ratio_median": _f(np.median([u["values_end_ratio"] for u in units])),
+            "heads": [{"layer": l, "head": h, "verdict": _head_verdict(seeds), "frame_first": sum(u["frame_first"] for u in seeds),
+                       "seeds": len(seeds), **{k: [u[k] for u in seeds] for k in seeds[0] if k != "frame_first"}}
+                      for l, layer in enumerate(heads) for h, seeds in enumerate(layer)]}
+    o = measured["optimizers"]
+    head = "; ".join(f"{n}: routing froze first in {100 * o[n]['frame_first_fraction']:.0f}% of {o[n]['units']} "
+                     f"seed x layer x head units (routing froze in {o[n]['heads_frozen']}, median step "
+                     f"{_step(o[n]['median_freeze_step'])}; drift at the end over its early level, median: routing "
+                     f"{o[n]['routing_end_ratio_median']:.2f}, values {o[n]['values_end_ratio_median']:.2f}) -> {per[n]}"
+                     for n in o)
+    head += f" (settled: drift within {tol:.0%} of its early level for the last {W1_HOLD}+ records)"
+    if all(v == "reproduced" for v in per.values()):
+        return Rule("reproduced", f"{head}: routing freezes before the values settle in most heads under every "
+                                  f"optimizer", measured)
+    if all(v == "not-reproduced" for v in per.values()):
+        return Rule("not-reproduced", f"{head}: under no optimizer does routing freeze first in at least "
+                                      f"{W1_SOME:.0%} of the heads", measured)
+    return Rule("partly-reproduced", f"{head}: not under every optimizer", measured)
+
+
 # -- E5: attention outputs organise along the Bayes entropy ----------------------------------------------
 # Paper I reports PC1 at 84-90% of the variance: E5_EV is just below its range. |Spearman| 0.5 is a
 # strong monotone association for thousands of points. Both are judged on the lower end of the 95%
@@ -431,6 +535,7 @@ def synthetic_measurements(seed=0):
     ent = 1.95 + 0.01 * rng.standard_normal(n)
     acc = 0.33 + 0.005 * rng.standard_normal(n)
     t = np.linspace(0, 1000, 11)
+    w = np.linspace(50, 1000, 20)  # W1: drifts recorded every 50 steps; routing settles at step 250, values at 700
     B, L, d = 48, 20, 6
     H = rng.uniform(0.5, 2.0, (B, L))
     pts = H[..., None] * np.eye(d)[0] + 0.05 * rng.standard_normal((B, L, d))
@@ -450,6 +555,10 @@ def synthetic_measurements(seed=0):
                             "values": np.exp(-t / tv).tolist()} for a, tv in (("sgd", 400.0), ("em_like", 300.0))}},
         "E5": {"arms": {"sgd": tunnel, "em_like": tunnel}},
         "E6": {"agreement": 0.995, "control_agreement": 0.005},
+        "W1": {"optimizers": {name: {"steps": w.astype(int).tolist(),
+                                     "routing": np.broadcast_to(np.exp(-w / 100), (2, 2, 4, w.size)).copy(),
+                                     "values": np.broadcast_to(np.exp(-w / 400), (2, 2, 4, w.size)).copy()}
+                              for name in ("sgd", "em_like", "adamw")}},
         "E7": {"spec": {"steps": [0, 300], "cos_value_signal": [float(own0.mean()), float(own1.mean())],
                         "cos_value_control": [float(ctl0.mean()), float(ctl1.mean())],
                         "cos_value_signal_initial_per_instance": own0.tolist(),
@@ -513,7 +622,19 @@ _CONTROLS = {
     "E7/frozen-values": ("E7", lambda k: e7(_frozen(k["spec"]))),
     # another key's error signal judged as the value's own
     "E7/control-as-own": ("E7", lambda k: e7(_swapped(k["spec"]))),
+    # routing drifting at the values' rate (its drift replaced by the values' own): never strictly first
+    "W1/attention-at-values-rate": ("W1", lambda k: w1({n: {**d, "routing": d["values"]}
+                                                        for n, d in k["optimizers"].items()}, **_tol(k))),
+    # routing that never stops drifting (each head's drift held at its largest value)
+    "W1/routing-never-settles": ("W1", lambda k: w1({n: {**d, "routing": _held(d["routing"])}
+                                                     for n, d in k["optimizers"].items()}, **_tol(k))),
 }
+
+
+def _held(drift):
+    """Every record's drift replaced by the series' largest: a drift that never falls."""
+    x = np.asarray(drift, float)
+    return np.broadcast_to(x.max(-1, keepdims=True), x.shape).copy()
 
 
 def _seed(k):
@@ -529,10 +650,11 @@ def negative_controls(measurements):
     `not-reproduced`. measurements: {claim: keyword arguments of its rule}, e.g.
     {"E1": {"sgd", "em", "steps", "paper_speedup"}, "E2": {"entropy_sgd", "entropy_em", "h_min", "m"},
      "E3": {"sgd", "em"}, "E4": {"arms"}, "E5": {"arms"}, "E6": {"agreement", "control_agreement"},
-     "E7": {"spec"}}. Derived from the run's own numbers: E1 its SGD curves against themselves; E2 a
+     "E7": {"spec"}, "W1": {"optimizers"}}. Derived from the run's own numbers: E1 its SGD curves against themselves; E2 a
     uniform predictor with its seed count, H_min and m; E3 its arms swapped, and SGD against itself; E4
     each arm's attention series replaced by its W_V series; E6 the +A agreement judged as the claim's;
     E7 its initial cosines held to the end (frozen values), and its control judged as the own cosine.
+    W1 each head's routing drift replaced by its values' drift, and held at its largest value.
     E5 cannot be decoupled from a summary: seeded random features stand in, one evaluation per arm."""
     return {cid: fn(measurements[claim]) for cid, (claim, fn) in _CONTROLS.items() if claim in measurements}
 
@@ -549,10 +671,11 @@ NEGATIVE_CONTROLS = {cid: _synthetic(cid) for cid in _CONTROLS}
 
 def evaluate_all(measurements):
     """{claim: Rule} for every claim present in `measurements` (keyed as in negative_controls)."""
-    rules = {"E1": e1, "E2": e2, "E3": e3, "E4": e4, "E5": e5, "E6": e6, "E7": e7}
+    rules = {"E1": e1, "E2": e2, "E3": e3, "E4": e4, "E5": e5, "E6": e6, "E7": e7, "W1": w1}
     return {claim: rules[claim](**kw) for claim, kw in measurements.items() if claim in rules}
 
 
-__all__ = ["Rule", "VERDICTS", "e1", "e2", "e3", "e4", "e4_inputs", "e5", "e6", "e7", "stable_step",
+__all__ = ["Rule", "VERDICTS", "e1", "e2", "e3", "e4", "e4_inputs", "e5", "e6", "e7", "w1", "w1_head", "settle_index",
+           "stable_step",
            "negative_controls", "NEGATIVE_CONTROLS", "synthetic_measurements", "tunnel_evaluation",
            "random_tunnel_evaluation", "evaluate_all"]

@@ -1,4 +1,5 @@
-"""The `experiments` stage: E1–E7 measured next to the paper's numbers, with seeds and intervals.
+"""The `experiments` stage: E1–E7 measured next to the paper's numbers, with seeds and intervals, and W1
+(ours: E4 in a deep model, watched while it trains).
 
 Each experiment's output is cached under DIR/cache by a hash of its config (an interrupted run
 resumes where it stopped; files are written atomically). Checks of kind `experiment` assert that
@@ -14,7 +15,7 @@ import torch
 
 from derive import profile as profiles
 from derive.results import Check, default_threads
-from numeric.experiments import chain, dynamics, replay, rules, speed, sticky, typicality, windtunnel
+from numeric.experiments import chain, deep_watch, dynamics, replay, rules, speed, sticky, typicality, windtunnel
 from numeric.experiments import stats as st
 from numeric.experiments.cache import Cache
 from numeric.experiments.frame import combine as combine_frames
@@ -50,7 +51,10 @@ def configs(sizes):
             "speed": dataclasses.replace(first, seeds=x.speed_seeds), "speed_steps": x.speed_steps,
             "dynamics": dynamics.DynamicsConfig(instances=x.dynamics_instances, train_steps=x.dynamics_train_steps),
             "tunnel": windtunnel.TunnelConfig(steps=x.tunnel_steps, batch=x.tunnel_batch, eval_batch=x.tunnel_eval_batch,
-                                              length=x.tunnel_length)}
+                                              length=x.tunnel_length),
+            "deep": deep_watch.DeepConfig(steps=x.deep_steps, batch=x.deep_batch, seeds=x.deep_seeds, every=x.deep_every,
+                                          d_model=x.deep_d_model, ff=x.deep_ff, length=x.deep_length,
+                                          probe_batch=x.deep_probe_batch, eval_batch=x.deep_eval_batch)}
 
 
 class ExperimentStage:
@@ -64,7 +68,7 @@ class ExperimentStage:
         self.sizes = self.profile.experiments
         self.extended, self.threads = extended, threads
         self.cfgs = configs(self.sizes)
-        for key in ("replay", "sweep", "exact", "speed", "dynamics", "tunnel"):
+        for key in ("replay", "sweep", "exact", "speed", "dynamics", "tunnel", "deep"):
             self.cfgs[key].validate()
         for cfg in (*self.cfgs["fresh"], *self.cfgs["typicality"].values()):
             cfg.validate()
@@ -87,6 +91,7 @@ class ExperimentStage:
         self.speed()
         self.simulations()
         self.tunnel()
+        self.deep_model()
         self.negative_controls()
 
     def _opt_in(self, job):
@@ -448,6 +453,37 @@ class ExperimentStage:
         self._measurements["E5"] = {"arms": out}
         rule = REGISTRY["E5"].rule(out)
         self._rule_check("E5", "rule", rule.verdict, rule.reason, rule.measured)
+
+    # -- W1: E4 in a deep model ---------------------------------------------------------------------------
+    def deep_model(self):
+        """Three optimizers on each seed's stream and initial weights, watched on a fixed probe batch; the W1
+        rule on the watcher's routing and value drifts per layer x head."""
+        cfg = self.cfgs["deep"]
+        t0 = time.perf_counter()
+
+        def run():
+            total = cfg.steps * len(cfg.seeds) * len(deep_watch.OPTIMIZERS)
+            bar = Progress(total, f"deep-watch ({len(deep_watch.OPTIMIZERS)} optimizers x {len(cfg.seeds)} seeds)", self.log)
+            start = time.perf_counter()
+            out = deep_watch.run(cfg, self.device, progress=lambda: bar.update(1))
+            bar.close()
+            return {**out, "seconds": time.perf_counter() - start}
+
+        out = self.cache.get_or_run(f"deep-watch-{deep_watch.EVALUATION}", cfg, self.device, run, self.log)
+        self._measurements["W1"] = {"optimizers": deep_watch.rule_inputs(out, cfg)}
+        rule = REGISTRY["W1"].rule(**self._measurements["W1"])
+        data = deep_watch.summarise(out, cfg, rule.measured["optimizers"])
+        data.update(config=dataclasses.asdict(cfg), train_seconds=out["seconds"], verdict=rule.verdict)
+        self.data["deep_watch"] = data
+        opts = data["optimizers"]
+        self._check("experiments/deep-watch", "W1", deep_watch.finite(out), time.perf_counter() - t0,
+                    {"train_seconds": out["seconds"], "min_c9_slack": data["min_c9_slack"],
+                     **{n: {"final_loss": o["final_loss"], "kl_bits": o["kl_bits"]} for n, o in opts.items()}},
+                    {"finite": True, "kl_bits_at_least": 0.0},
+                    detail=f"{cfg.layers} layers x {cfg.heads} heads, {len(cfg.seeds)} seeds x {len(opts)} optimizers, "
+                           f"{cfg.steps} steps, watched every {cfg.every}")
+        self._rule_check("W1", "rule", rule.verdict, rule.reason, rule.measured,
+                         on=f"Deep model ({len(cfg.seeds)} seeds x {len(opts)} optimizers)", seeds=len(cfg.seeds))
 
 
 def _numbers(obj):

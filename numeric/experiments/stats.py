@@ -187,3 +187,14 @@ def curve(losses, points=200):
     mean = L[:, idx].mean(0)
     half = [mean_ci(L[:, i])[1] for i in idx] if L.shape[0] > 1 else [float("nan")] * len(idx)
     return {"step": idx.tolist(), "mean": mean.tolist(), "ci95": [float(h) for h in half]}
+
+
+def bootstrap_mean_ci(values, resamples=1000, seed=0, level=0.95):
+    """Percentile interval of the grand mean of `values` (rows, units), resampling the units (last axis)
+    with replacement, the same draw for every row (rows: seeds scored on the same evaluation sequences)."""
+    v = np.asarray(values, float)
+    v = v.reshape(-1, v.shape[-1])
+    idx = np.random.default_rng(seed).integers(0, v.shape[1], (resamples, v.shape[1]))
+    means = v[:, idx].mean((0, 2))  # (resamples,)
+    lo, hi = np.percentile(means, [100 * (1 - level) / 2, 100 * (1 + level) / 2])
+    return [float(lo), float(hi)]
