@@ -34,7 +34,7 @@ from __future__ import annotations
 
 import copy
 import math
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 import numpy as np
 import torch
@@ -296,6 +296,26 @@ def _series_view(runs, cfg):
         mean = np.mean([r["series"][q] for r in runs], 0)
         out[q] = mean[..., drift if q in DRIFTS else keep].tolist()
     return out
+
+
+def benchmark_setup(seed=0):
+    """numeric.watch_bench's `demo` setup: this experiment's model at the default profile's sizes and its SGD
+    training step on one batch of wind-tunnel sequences: () -> (model, step)."""
+    from derive.profile import DEFAULT
+
+    x = DEFAULT.experiments
+    cfg = DeepConfig(batch=x.deep_batch, d_model=x.deep_d_model, ff=x.deep_ff, length=x.deep_length)
+    batches, init = data(replace(cfg, steps=1), seed)
+    model = DeepTunnel(cfg)
+    model.load_state_dict(init)
+    opt = optimizer("sgd", model, cfg)
+    y = batches[0]
+
+    def step(model):
+        opt.zero_grad(set_to_none=True)
+        next_symbol_loss(model, y).backward()
+        opt.step()
+    return model, step
 
 
 def finite(out):
