@@ -58,8 +58,13 @@ MASK_ALGEBRAS = ("boolean", "causal")
 # concatenated before the output projection, z_i = [o^1_i; ...; o^H_i] W_O = sum_h W_O^{(h)T} o^h_i; the model
 # is head h, with W_O its block of the projection, and the leaf R_i = sum_{h' != h} W_O^{(h')T} o^{h'}_i the
 # other heads' share of the logits. R is free: the other heads' scores and values are independent of this
-# head's, so one free R covers every number of heads and every value they take.
+# head's, so one free R covers every number of heads and every value they take, for derivatives by this
+# head's own quantities (s, alpha, q, k, v, o, its W_Q, W_K, W_V, its block W_O). What every head shares (the
+# input X, the scale c) also moves R, so derivatives by it are refused under "concat".
 READOUTS = ("single", "concat")
+# What every head shares: the other heads' logits R depend on it, so under readout "concat" (R held fixed) a
+# derivative by it would miss the other heads' paths; it is refused there.
+SHARED_ACROSS_HEADS = ("X", "c")
 
 
 class ShapeError(ValueError):
@@ -199,10 +204,16 @@ class AttentionModel:
 
     def variables(self):
         """What a derivative may be taken by: the level's free quantities, the leaves every level's loss reads
-        (W_O, the targets Y), the free step Delta, and c, eta. Never the mask, nor a quantity the level derives."""
-        return sorted(LEVELS[self.setting.level] | {"WO", "Y", "Delta"}) + list(SCALARS)
+        (W_O, the targets Y), the free step Delta, and c, eta. Never the mask, nor a quantity the level derives;
+        under readout "concat" never what every head shares (SHARED_ACROSS_HEADS)."""
+        free = sorted(LEVELS[self.setting.level] | {"WO", "Y", "Delta"}) + list(SCALARS)
+        return [n for n in free if n not in SHARED_ACROSS_HEADS] if self.setting.readout == "concat" else free
 
     def _check_free_variable(self, name, what):
+        if self.setting.readout == "concat" and name in SHARED_ACROSS_HEADS:
+            raise ShapeError(f"{self.context}: {what} by {name}: under readout 'concat' the other heads' logits R "
+                             f"are held fixed, but every head shares {name}, so R depends on it; differentiate by "
+                             f"this head's own quantities only")
         if name not in self.variables():
             raise ShapeError(f"{self.context}: {what} by {name}: {name} is not a free variable at level "
                              f"{self.setting.level}; free there: {', '.join(self.variables())}")

@@ -40,8 +40,10 @@ site, call, step, heads, dropout_p, and lists over heads of
 - dS_norm, dV_norm: Frobenius norms over batch of dL/dS (routing) and dL/dV (values);
 - js, v_change: drift from the previous record of the same site (None at the first): mean over live
   rows of the Jensen-Shannon divergence (nats) of alpha rows, and ||V - V_prev|| / ||V_prev||.
-With dropout_p > 0 the watcher raises unless allow_dropout=True; then the numbers are those of the
-dropout-free alpha against the real u. `python -m numeric.watch_bench` measures the overhead.
+Half-precision (float16, bfloat16) calls are evaluated in float32. Drift is None for a record whose
+shape, dtype or device differs from the site's previous record. With dropout_p > 0 the watcher raises
+unless allow_dropout=True; then the numbers are those of the dropout-free alpha against the real u.
+`python -m numeric.watch_bench` measures the overhead.
 """
 from __future__ import annotations
 
@@ -56,6 +58,7 @@ from numeric.api import attention_routing
 
 SDPA = F.scaled_dot_product_attention
 TINY = 1e-30  # log clamp, as frame._js
+HALF = (torch.float16, torch.bfloat16)  # watched in float32
 
 
 class _SDPAMode(TorchFunctionMode):
@@ -168,7 +171,7 @@ def _chunk_stats(q, k, v, u, mask, scale, prev):
                adv_max=abs_a.amax((0, -2, -1)), adv_row_l1=rows(lhs), resp_max=N.amax(-1).sum(0),
                resp_min=N.amin(-1).sum(0), c9_slack=torch.where(live, 4 * (1 - amax) * bmax - lhs, math.inf).amin((0, -1)),
                dS_norm=dS_norm, dV_norm=dV_norm)
-    if prev is not None and prev[0].shape == alpha.shape:
+    if prev is not None and _same_kind(prev[0], alpha):
         both = live & (prev[0].sum(-1) > 0)
         out.update(js=rows(_js(alpha, log_a, *prev, buffer=b), both), js_live=both.sum((0, -1)))
     return out, alpha, log_a
@@ -188,6 +191,9 @@ def head_stats(q, k, v, u, mask, scale, prev=None):
     in chunks of the batch; prev = the site's previous (alpha chunks, log alpha chunks, V) for drift.
     Returns the entries and this call's state for the next drift."""
     q, k, v, u, mask = flat_batch(q, k, v, u, mask)
+    if q.dtype in HALF:  # statistics in float32 (a half-precision log of 0 would give 0 x -inf = NaN)
+        q, k, v, u = (t.float() for t in (q, k, v, u))
+        mask = mask.float() if mask is not None and mask.dtype != torch.bool else mask
     step = max(1, CHUNK // (q.shape[1] * q.shape[2] * k.shape[2]))
     parts, alphas, logs = [], [], []
     with torch.no_grad():
@@ -216,9 +222,14 @@ def _combine(parts, batch):
     return {key: x for key, x in out.items() if key != "js" or x is not None}
 
 
+def _same_kind(a, b):
+    """Drift is measured between records of one shape, dtype and device (else it is None for that record)."""
+    return a.shape == b.shape and a.dtype == b.dtype and a.device == b.device
+
+
 def _v_change(prev, v):
-    """||V - V_prev|| / ||V_prev|| per head (None when the shapes differ)."""
-    if prev[2].shape != v.shape:
+    """||V - V_prev|| / ||V_prev|| per head (None when the shapes, dtypes or devices differ)."""
+    if not _same_kind(prev[2], v):
         return dict(js=None, v_change=None)
     dims = (0, -2, -1)
     change = torch.linalg.vector_norm(v - prev[2], dim=dims) / torch.linalg.vector_norm(prev[2], dim=dims).clamp_min(1e-30)

@@ -59,6 +59,9 @@ def benchmark(setup="demo", every=10, steps=20, repeats=15):
     peak-RSS increase of a fresh process (MiB) and the MiB the watcher holds between records (alpha,
     log alpha and V per site, for drift)."""
     make = _setup(setup)
+    for name, value in (("every", every), ("steps", steps), ("repeats", repeats)):
+        if not isinstance(value, int) or isinstance(value, bool) or value < 1:
+            raise ValueError(f"benchmark: {name} must be a positive int, got {value!r}")
     threads = torch.get_num_threads()
     torch.set_num_threads(1)
     try:

@@ -81,6 +81,24 @@ def test_settle_index_needs_a_lasting_fall_from_the_early_peak():
         rules.w1({"sgd": {"steps": [10, 20], "routing": np.zeros((1, 1, 1, 2)), "values": np.zeros((1, 1, 2, 2))}})
 
 
+def test_a_series_that_never_moved_is_not_a_freeze():
+    """Routing whose drift is 0 throughout has nothing to freeze: not 'froze first', even against values that
+    never settle; values that never moved did not keep refining. The never-settles control built from such a
+    run is still not-reproduced."""
+    steps = list(range(10, 110, 10))
+    still, moving = np.zeros((2, 2, 4, 10)), np.ones((2, 2, 4, 10))
+    falling = np.broadcast_to(np.exp(-np.arange(10.0)), (2, 2, 4, 10)).copy()
+    assert rules.settle_index(np.zeros(10)) == (0, 0.0)
+    run = {n: {"steps": steps, "routing": still, "values": moving} for n in ("sgd", "adamw")}
+    assert rules.w1(run).verdict == "not-reproduced"
+    assert rules.w1({n: {"steps": steps, "routing": falling, "values": still} for n in ("sgd",)}).verdict == "not-reproduced"
+    assert rules.w1({n: {"steps": steps, "routing": falling, "values": moving} for n in ("sgd",)}).verdict == "reproduced"
+    controls = rules.negative_controls({"W1": {"optimizers": run}})
+    assert all(r.verdict == "not-reproduced" for r in controls.values())
+    with pytest.raises(ValueError, match="non-empty 1-D"):
+        rules.settle_index([])
+
+
 def test_negative_controls_are_not_reproduced_on_synthetic_and_real_drifts(tiny_run):
     for cid in ("W1/attention-at-values-rate", "W1/routing-never-settles"):
         rule = rules.NEGATIVE_CONTROLS[cid]()

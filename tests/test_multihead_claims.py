@@ -109,3 +109,17 @@ def test_a_kernel_that_reads_r_needs_a_concatenated_identity():
     with pytest.raises(ValueError, match="reads the other heads' logits R"):
         identities.draw_inputs(fn, "scores", {"n": 3, "dk": 2, "dv": 2, "m": 2, "dx": 2}, (1,), "causal",
                                torch.Generator().manual_seed(0), "single")
+
+
+@pytest.mark.parametrize("level,name,dims", [("params", "X", ("n", "dx")), ("qk", "c", ())])
+def test_what_every_head_shares_is_not_a_variable_under_concat(level, name, dims):
+    """The other heads' logits R are held fixed, but they depend on X and c, which every head shares: a
+    derivative by either would miss the other heads' paths, so it is refused (and allowed under "single")."""
+    concat = GeneralBackend(Setting(level, "ce", True, readout="concat"), "HX")
+    ix = concat.free_indices(dims)
+    with pytest.raises(ShapeError, match=f"every head shares {name}"):
+        concat.derived_grad(name, *ix)
+    assert name not in concat.variables()
+    single = GeneralBackend(Setting(level, "ce", True), "HX")
+    single.derived_grad(name, *single.free_indices(dims))
+    assert name in single.variables()

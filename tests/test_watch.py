@@ -305,6 +305,8 @@ def test_benchmark_rejects_an_unknown_setup():
         benchmark("wide")
     with pytest.raises(SystemExit):
         main(["--every", "0"])
+    with pytest.raises(ValueError, match="repeats must be a positive int, got 0"):
+        benchmark("demo", repeats=0)
 
 
 def test_a_three_dimensional_call_is_one_head_over_a_batch():
@@ -327,3 +329,47 @@ def test_a_three_dimensional_call_is_one_head_over_a_batch():
     entropy = float(-(alpha * alpha.clamp_min(1e-30).log()).sum(-1).mean())
     assert rec["heads"] == 1 and len(rec["entropy"]) == 1
     assert abs(rec["entropy"][0] - entropy) <= 1e-10
+
+
+def test_a_dtype_change_between_records_gives_no_drift_and_no_error():
+    """Autocast on one recorded step and not the next: the record is made, its drift is None (a JS between
+    alphas of two dtypes is not computed), and the user's backward does not fail."""
+    torch.manual_seed(0)
+    layer = torch.nn.TransformerEncoderLayer(16, 2, 32, dropout=0.0, batch_first=True)
+    x = torch.randn(2, 5, 16)
+    with watch(layer, every=1) as w:
+        layer(x).sum().backward()
+        with torch.autocast("cpu", dtype=torch.bfloat16):
+            layer(x).float().sum().backward()
+        layer(x).sum().backward()
+    assert [r["step"] for r in w.records] == [0, 1, 2]
+    assert all(r["js"] is None and r["v_change"] is None for r in w.records[:2])
+
+
+@pytest.mark.parametrize("dtype", [torch.float16, torch.bfloat16], ids=str)
+def test_half_precision_calls_are_watched_in_float32(dtype):
+    """A causal half-precision SDPA call (masked entries have alpha = 0): finite entropy and drift, close to
+    the float32 values of the same call."""
+    g = torch.Generator().manual_seed(3)
+    q, k, v = (torch.randn(2, 2, 6, 4, generator=g) for _ in range(3))
+
+    class Head(torch.nn.Module):
+        def forward(self, q, k, v):
+            return torch.nn.functional.scaled_dot_product_attention(q, k, v, is_causal=True)
+
+    records = {}
+    for dt in (torch.float32, dtype):
+        qq, kk, vv = (t.to(dt).clone().requires_grad_() for t in (q, k, v))
+        model = Head()
+        with watch(model, every=1) as w:
+            for _ in range(2):
+                model(qq, kk, vv).float().square().sum().backward()
+                with torch.no_grad():
+                    qq.add_(0.1 * qq.grad.sign())  # attention moves between the records
+                qq.grad = None
+        records[dt] = w.records
+    for rec in records[dtype]:
+        assert all(math.isfinite(x) for x in rec["entropy"])
+    assert records[dtype][1]["js"] is not None and all(math.isfinite(x) for x in records[dtype][1]["js"])
+    for a, b in zip(records[torch.float32][0]["entropy"], records[dtype][0]["entropy"]):
+        assert abs(a - b) <= 0.05 * abs(a)

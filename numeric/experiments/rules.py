@@ -276,9 +276,15 @@ W1_SOME = 0.25
 
 def settle_index(series, tol=W1_TOL, early=W1_EARLY, hold=W1_HOLD):
     """(index of the first record after which `series` stays <= tol x its early level, early level); the
-    index is len(series) when fewer than `hold` final records stay there (it never settles)."""
+    index is len(series) when fewer than `hold` final records stay there (it never settles). A series whose
+    early level is 0 never moved: it is settled from the start (index 0), and w1_head does not count it as a
+    freeze of routing."""
     x = np.asarray(series, float)
+    if x.ndim != 1 or not x.size:
+        raise ValueError(f"settle_index: a non-empty 1-D series is needed, got shape {x.shape}")
     level = float(x[: max(1, math.ceil(early * x.size))].max())
+    if level == 0:
+        return 0, level
     i = x.size
     while i > 0 and x[i - 1] <= tol * level:
         i -= 1
@@ -286,12 +292,15 @@ def settle_index(series, tol=W1_TOL, early=W1_EARLY, hold=W1_HOLD):
 
 
 def w1_head(steps, routing, values, tol=W1_TOL):
-    """One head on one seed: routing's freeze step, the values' settle step (None: never), whether routing
-    froze strictly first, each drift at the end over its early level (the mean of the last W1_HOLD records),
-    and how much the values still moved after the freeze (summed relative change)."""
+    """One head on one seed: routing's freeze step (None: never, or routing never moved), the values' settle
+    step (None: never; the first step when they never moved), whether routing froze strictly first, each
+    drift at the end over its early level (the mean of the last W1_HOLD records), and how much the values
+    still moved after the freeze (summed relative change)."""
     r, r_level = settle_index(routing, tol)
     v, v_level = settle_index(values, tol)
     n = len(steps)
+    if not r_level > 0:  # routing that never moved has nothing to freeze
+        r = n
     end = lambda x, level: _f(np.mean(np.asarray(x, float)[-W1_HOLD:]) / level) if level > 0 else 0.0  # noqa: E731
     return {"freeze_step": int(steps[r]) if r < n else None, "values_settle_step": int(steps[v]) if v < n else None,
             "frame_first": bool(r < n and r < v), "routing_end_ratio": end(routing, r_level),
