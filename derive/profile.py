@@ -83,7 +83,7 @@ class DeriveSizes:
 class NumericSizes:
     """The numeric stage: random API cases, random draws per identity shape, the benchmark profile,
     random identities fuzzed through every proof path (and the budget of each), fuzzing processes
-    (0: one per CPU), and the paired blocks timing the watcher's overhead."""
+    (0: one per CPU), and the paired blocks timing the watcher's overhead on each of its setups."""
 
     api_cases: int
     identity_draws: int
@@ -92,9 +92,14 @@ class NumericSizes:
     fuzz_budget_s: float
     fuzz_jobs: int
     watch_repeats: int = 7  # paired blocks of 20 steps timing the watcher's overhead
+    watch_setups: tuple = ("demo", "long")  # numeric.watch_bench setups timed ("demo": the 10% goal's model)
 
     def __post_init__(self):
         _check_ints(self, "api_cases", "identity_draws", "fuzz_claims", "watch_repeats")
+        if (not isinstance(self.watch_setups, tuple) or "demo" not in self.watch_setups
+                or len(set(self.watch_setups)) != len(self.watch_setups) or not set(self.watch_setups) <= {"demo", "long"}):
+            raise ValueError(f"NumericSizes.watch_setups must be distinct names among demo, long, with demo (the "
+                             f"model the overhead goal is stated for), got {self.watch_setups!r}")
         _check_ints(self, "fuzz_jobs", minimum=0)
         _check_positive(self, "fuzz_budget_s")
         if self.bench not in ("quick", "default", "gpu"):
@@ -261,7 +266,7 @@ QUICK = Profile(
                 general_total_budget_s=5.0, fixed_total_budget_s=15.0, scaling_base=(3, 2, 2),
                 scaling_sweeps={"n": (2, 3, 4), "d": (1, 2, 3), "m": (1, 2, 3)}),
     NumericSizes(api_cases=12, identity_draws=2, bench="quick", fuzz_claims=6, fuzz_budget_s=4.0, fuzz_jobs=1,
-                 watch_repeats=1),
+                 watch_repeats=1, watch_setups=("demo",)),
     ExperimentSizes(length=200, steps=150, blocks=4, checkpoints=6, tracked_rows=16,
                     fresh=(FreshGroup("torch-float64", 0, (42, 2024)), FreshGroup("torch-float32", 0, (1, 2))),
                     mstep_groups=(0,), replay_steps=20, sweep_ratios=(1, 2, 10), sweep_seeds=(42, 2024),

@@ -178,7 +178,8 @@ class NumericStage:
         from numeric import watch_bench
 
         every = 10
-        for setup, shape in WATCH_SETUPS.items():
+        for setup in self.profile.watch_setups:
+            shape = WATCH_SETUPS[setup]
             r = watch_bench.benchmark(setup, every=every, steps=20, repeats=self.profile.watch_repeats)
             self.results.benchmarks.append({
                 "name": f"numeric/watch-overhead/{setup}/every={every}", "device": "cpu", "dtype": "float32",

@@ -164,6 +164,9 @@ def test_profiles_are_validated_and_reject_unknown_keys():
         QUICK.replace("experiments", fresh=(FreshGroup("torch-float64", 0, (42,)),), sweep_seeds=(42,))
     with pytest.raises(ValueError, match="watch_repeats"):
         QUICK.replace("numeric", watch_repeats=0)
+    for bad in (("long",), ("demo", "demo"), ("demo", "wide"), "demo"):
+        with pytest.raises(ValueError, match="watch_setups"):
+            QUICK.replace("numeric", watch_setups=bad)
     with pytest.raises(ValueError, match="fuzz_jobs"):
         QUICK.replace("numeric", fuzz_jobs=-1)
     with pytest.raises(ValueError, match="scaling_sweeps"):
