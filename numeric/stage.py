@@ -180,15 +180,17 @@ class NumericStage:
         every = 10
         for setup in self.profile.watch_setups:
             shape = WATCH_SETUPS[setup]
-            r = watch_bench.benchmark(setup, every=every, steps=20, repeats=self.profile.watch_repeats)
+            r = watch_bench.benchmark(setup, every=every, steps=20, repeats=self.profile.watch_repeats,
+                                      min_seconds=self.profile.watch_min_seconds)
             self.results.benchmarks.append({
                 "name": f"numeric/watch-overhead/{setup}/every={every}", "device": "cpu", "dtype": "float32",
                 "shape": shape, "ours_s": r["step_watched_s"], "reference": "the same training step unwatched",
                 "reference_s": r["step_s"], "ratio": r["ratio"], "goal_ratio": 1.1 if setup == "demo" else None,
                 "peak_rss_increase_mib": r["peak_rss_increase_mib"], "held_between_records_mib": r["held_mib"],
-                "repeats": self.profile.watch_repeats})
+                "pairs": r["pairs"]})
             self.log(f"  watch overhead {setup} every={every}: step {r['step_s'] * 1e3:.1f} ms -> "
-                     f"{r['step_watched_s'] * 1e3:.1f} ms, ratio {r['ratio']:.3f}; peak RSS +{r['peak_rss_increase_mib']:.1f} MiB")
+                     f"{r['step_watched_s'] * 1e3:.1f} ms, ratio {r['ratio']:.3f} ({r['pairs']} pairs); "
+                     f"peak RSS +{r['peak_rss_increase_mib']:.1f} MiB")
 
 
 # The watcher's benchmark setups (numeric.watch_bench.SETUPS) and what they train.

@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import contextlib
 import importlib
+import math
 import statistics
 import subprocess
 import sys
@@ -53,33 +54,41 @@ def _setup(name):
     return getattr(importlib.import_module(module), function)
 
 
-def benchmark(setup="demo", every=10, steps=20, repeats=15):
+def benchmark(setup="demo", every=10, steps=20, repeats=15, min_seconds=0.0):
     """Training-step time with and without the watcher (one thread; blocks of `steps` steps, alternating,
     after one warm-up block each): per-step seconds (medians), the median of the per-pair ratios, the
     peak-RSS increase of a fresh process (MiB) and the MiB the watcher holds between records (alpha,
-    log alpha and V per site, for drift)."""
+    log alpha and V per site, for drift). At least `repeats` pairs of blocks are timed, more when that
+    takes under `min_seconds` (fast steps are noisy: the median then has more pairs to steady it); the
+    number timed is returned as `pairs`."""
     make = _setup(setup)
     for name, value in (("every", every), ("steps", steps), ("repeats", repeats)):
         if not isinstance(value, int) or isinstance(value, bool) or value < 1:
             raise ValueError(f"benchmark: {name} must be a positive int, got {value!r}")
+    if not min_seconds >= 0:
+        raise ValueError(f"benchmark: min_seconds must be >= 0, got {min_seconds!r}")
     threads = torch.get_num_threads()
     torch.set_num_threads(1)
     try:
         runs = {False: make(), True: make()}
         times = {False: [], True: []}
-        for _ in range(repeats + 1):
+        pairs = repeats
+        while len(times[False]) < pairs + 1:  # the first pair is a warm-up
             for on, (model, step) in runs.items():
                 t0 = time.perf_counter()
                 with watch(model, every=every) if on else contextlib.nullcontext() as w:
                     for _ in range(steps):
                         step(model)
                 times[on].append((time.perf_counter() - t0) / steps)
+            if len(times[False]) == 2:  # one timed pair: how many fill min_seconds
+                pair_s = (times[False][1] + times[True][1]) * steps
+                pairs = max(repeats, math.ceil(min_seconds / pair_s)) if pair_s > 0 else repeats
     finally:
         torch.set_num_threads(threads)
     plain, watched = times[False][1:], times[True][1:]  # the first block is a warm-up
     held = sum(t.nbytes for alphas, logs, v in w._prev.values() for t in (*alphas, *logs, v)) / 2**20
     rss = _rss_pair(setup, every)
-    return dict(setup=setup, step_s=statistics.median(plain), step_watched_s=statistics.median(watched),
+    return dict(setup=setup, pairs=len(plain), step_s=statistics.median(plain), step_watched_s=statistics.median(watched),
                 ratio=statistics.median(b / a for a, b in zip(plain, watched)), peak_rss_mib=rss[0],
                 peak_rss_increase_mib=rss[1] - rss[0], held_mib=held)
 
@@ -116,17 +125,20 @@ def main(argv=None):
     ap = argparse.ArgumentParser(prog="python -m numeric.watch_bench", description=__doc__.split("\n")[0])
     ap.add_argument("--setup", choices=sorted(SETUPS), default="demo", help="the model and training step (default demo)")
     ap.add_argument("--every", type=int, default=10, help="record every K-th step (default 10)")
-    ap.add_argument("--repeats", type=int, default=15, help="timed blocks per side (default 15)")
+    ap.add_argument("--repeats", type=int, default=15, help="timed blocks per side, at least (default 15)")
+    ap.add_argument("--min-seconds", type=float, default=10.0, help="time at least this long (default 10 s)")
     ap.add_argument("--rss", nargs=3, metavar=("SETUP", "ON", "EVERY"), help=argparse.SUPPRESS)
     args = ap.parse_args(argv)
     if args.rss:
         print(_peak_rss(args.rss[0], bool(int(args.rss[1])), int(args.rss[2])))
         return 0
-    if args.every < 1 or args.repeats < 1:
-        ap.error("--every and --repeats must be positive")
-    r = benchmark(args.setup, every=args.every, steps=max(20, 2 * args.every), repeats=args.repeats)
+    if args.every < 1 or args.repeats < 1 or not args.min_seconds >= 0:
+        ap.error("--every and --repeats must be positive, --min-seconds >= 0")
+    r = benchmark(args.setup, every=args.every, steps=max(20, 2 * args.every), repeats=args.repeats,
+                  min_seconds=args.min_seconds)
     print(f"{args.setup}: step {r['step_s'] * 1e3:.2f} ms, watched (every={args.every}) {r['step_watched_s'] * 1e3:.2f} ms: "
-          f"median ratio {r['ratio']:.3f}; peak RSS {r['peak_rss_mib']:.0f} MiB, +{r['peak_rss_increase_mib']:.1f} MiB; "
+          f"median ratio {r['ratio']:.3f} over {r['pairs']} pairs; "
+          f"peak RSS {r['peak_rss_mib']:.0f} MiB, +{r['peak_rss_increase_mib']:.1f} MiB; "
           f"held between records {r['held_mib']:.2f} MiB")
     return 0
 

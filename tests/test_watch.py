@@ -299,6 +299,14 @@ def test_benchmark_reports_ratio_and_memory(setup):
     assert r["ratio"] > 0 and r["step_s"] > 0 and r["held_mib"] > 0 and r["peak_rss_mib"] > 0
 
 
+@pytest.mark.slow
+def test_benchmark_times_more_pairs_when_steps_are_fast():
+    from numeric.watch_bench import benchmark
+    few = benchmark("demo", every=2, steps=2, repeats=1)
+    many = benchmark("demo", every=2, steps=2, repeats=1, min_seconds=0.5)
+    assert few["pairs"] == 1 and many["pairs"] > 3
+
+
 def test_benchmark_rejects_an_unknown_setup():
     from numeric.watch_bench import benchmark, main
     with pytest.raises(ValueError, match="unknown benchmark setup 'wide'; choose from demo, long"):
@@ -307,6 +315,8 @@ def test_benchmark_rejects_an_unknown_setup():
         main(["--every", "0"])
     with pytest.raises(ValueError, match="repeats must be a positive int, got 0"):
         benchmark("demo", repeats=0)
+    with pytest.raises(ValueError, match="min_seconds must be >= 0"):
+        benchmark("demo", min_seconds=-1)
 
 
 def test_a_three_dimensional_call_is_one_head_over_a_batch():
