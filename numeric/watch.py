@@ -143,7 +143,8 @@ def flat_batch(q, k, v, u, mask):
         q, k, v, u = (t.unsqueeze(-3) for t in (q, k, v, u))
         while q.dim() < 4:
             q, k, v, u = (t.unsqueeze(0) for t in (q, k, v, u))
-    batch = torch.broadcast_shapes(q.shape[:-2], k.shape[:-2], v.shape[:-2])
+    same = q.shape[:-2] == k.shape[:-2] == v.shape[:-2]  # the usual case; torch.broadcast_shapes is slow Python
+    batch = q.shape[:-2] if same else torch.broadcast_shapes(q.shape[:-2], k.shape[:-2], v.shape[:-2])
     q, k, v, u = (t.expand(*batch, *t.shape[-2:]).flatten(0, -4) for t in (q, k, v, u))
     if mask is not None:
         mask = mask.reshape((1,) * (len(batch) + 2 - mask.dim()) + tuple(mask.shape))
@@ -216,10 +217,10 @@ def _combine(parts, batch):
     out.update(adv_max=cat["adv_max"].amax(0), c9_slack=cat["c9_slack"].amin(0),
                resp_max=cat["resp_max"].sum(0) / batch, resp_min=cat["resp_min"].sum(0) / batch,
                dS_norm=cat["dS_norm"].sum(0).sqrt(), dV_norm=cat["dV_norm"].sum(0).sqrt())
-    out = {key: t.tolist() for key, t in out.items()}
-    full = "js" in cat and len(cat["js"]) == len(parts)
-    out["js"] = (cat["js"].sum(0) / cat["js_live"].sum(0).clamp_min(1)).tolist() if full else None
-    return {key: x for key, x in out.items() if key != "js" or x is not None}
+    if "js" in cat and len(cat["js"]) == len(parts):
+        out["js"] = cat["js"].sum(0) / cat["js_live"].sum(0).clamp_min(1)
+    keys = list(out)  # one host copy for every entry (a copy per entry costs more than the entry)
+    return dict(zip(keys, torch.stack([out[key].to(torch.float64) for key in keys]).tolist()))
 
 
 def _same_kind(a, b):
