@@ -168,7 +168,7 @@ register(Claim(
         Identity("main", ("n", "n"), "scores", lambda m, i, j: m.derived_grad("s", i, j), lambda m, i, j: m.dS(i, j),
                  r"\partial L/\partial s^h_{ij} = \alpha^h_{ij}(b^h_{ij}-\bar b^h_i)", loss="ce", readout="concat"),
         Identity("head upstream", ("n", "dv"), "readout", lambda m, i, a: m.derived_grad("o", i, a),
-                 lambda m, i, a: _through_block(m, i, a, _error),
+                 lambda m, i, a: m.u(i, a),  # C5's closed form, W_O (p - y) / n, with p from every head's logits
                  r"\partial L/\partial o^h_i = \tfrac1n W_O^{(h)}(p_i - y_i)", loss="ce", readout="concat"),
     ),
     derivation=(

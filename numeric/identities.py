@@ -54,11 +54,13 @@ def autograd_grads(fn, level, leaves, mask, scale):
     return {f"grad_{w}": (g if g is not None else torch.zeros_like(params[w])) for w, g in zip(wanted, grads)}
 
 
-def evaluate(fn, level, sizes, batch, mask_kind, seed, device="cpu", readout="single"):
-    """(relative error, scale) of derived vs closed for one random draw, computed on `device` (drawn on a
+def evaluate(fn, identity, sizes, batch, mask_kind, seed, device="cpu"):
+    """(relative error, scale) of derived vs closed of `identity` (its level and readout: R, the other heads'
+    logits, is drawn for readout "concat") for one random draw, computed on `device` (drawn on a
     CPU generator and moved, so every device checks the same numbers)."""
     g = torch.Generator().manual_seed(seed)
-    leaves, scalars, mask = draw_inputs(fn, level, sizes, batch, mask_kind, g, readout)
+    level = identity.level
+    leaves, scalars, mask = draw_inputs(fn, level, sizes, batch, mask_kind, g, identity.readout)
     leaves = {k: v.to(device) for k, v in leaves.items()}
     mask = mask.to(device) if mask is not None else None
     scale = scalars.get("scale", 1.0)

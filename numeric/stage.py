@@ -50,8 +50,7 @@ class NumericStage:
                 self._unemitted(gen, f"numeric/{claim.id}/{slug(identity.name)}/float64", claim.id, (claim.id, identity.name))
                 continue
             t0 = time.perf_counter()
-            worst = max(identities.evaluate(fn, identity.level, sizes, batch, mask, self.seed + k, self.device,
-                                             identity.readout)[0]
+            worst = max(identities.evaluate(fn, identity, sizes, batch, mask, self.seed + k, self.device)[0]
                         for k, (sizes, batch, mask) in enumerate(IDENTITY_SHAPES[: self.profile.identity_draws]))
             self._check(f"numeric/{claim.id}/{slug(identity.name)}/float64", claim.id, worst <= tol,
                         time.perf_counter() - t0, {"max_rel_error": worst}, {"tolerance": tol},
@@ -64,7 +63,7 @@ class NumericStage:
                 self._unemitted(gen, f"numeric/{mutant.id}", mutant.claim, mutant.id, "negative-control", mutant.description)
                 continue
             t0 = time.perf_counter()
-            err = identities.evaluate(fn, identity.level, sizes, batch, mask, self.seed, self.device, identity.readout)[0]
+            err = identities.evaluate(fn, identity, sizes, batch, mask, self.seed, self.device)[0]
             rejected = err > identities.TOL_FLOAT64
             self._check(f"numeric/{mutant.id}", mutant.claim, rejected, time.perf_counter() - t0,
                         {"max_rel_error": err}, {"rejected_if_above": identities.TOL_FLOAT64}, kind="negative-control",

@@ -1,6 +1,7 @@
 """W1: the rule on synthetic drifts, its negative controls, the EM-like gradient scaling, and a tiny watched run."""
 from __future__ import annotations
 
+import dataclasses
 import math
 
 import numpy as np
@@ -185,7 +186,7 @@ def test_config_and_profile_sizes_are_checked():
     from derive.profile import DEFAULT, QUICK
 
     with pytest.raises(ValueError, match="multiple of every"):
-        dw.DeepConfig(steps=10, every=3).validate()
+        dataclasses.replace(TINY, steps=10, every=3).validate()
     with pytest.raises(ValueError, match="deep_seeds"):
         QUICK.replace("experiments", deep_seeds=(0,))
     with pytest.raises(ValueError, match="deep_every"):

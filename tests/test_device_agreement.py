@@ -67,6 +67,6 @@ def test_identity_checks_run_on_the_device_with_the_cpus_numbers(device):
 
     sizes, batch, mask = IDENTITY_SHAPES[0]
     for claim, identity, fn in identities.cases(gen, "identity"):
-        cpu = identities.evaluate(fn, identity.level, sizes, batch, mask, 3, "cpu", identity.readout)
-        dev = identities.evaluate(fn, identity.level, sizes, batch, mask, 3, device, identity.readout)
+        cpu = identities.evaluate(fn, identity, sizes, batch, mask, 3, "cpu")
+        dev = identities.evaluate(fn, identity, sizes, batch, mask, 3, device)
         assert dev[0] <= identities.TOL_FLOAT64 and abs(dev[1] - cpu[1]) <= 1e-10 * max(1.0, cpu[1]), (claim.id, identity.name)

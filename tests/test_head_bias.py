@@ -48,7 +48,7 @@ def test_the_value_bias_needs_a_key_in_every_row():
     for cid, name in (("H1", "main"), ("H3", "row mass"), ("H3", "attended rows")):
         identity = registry.REGISTRY[cid].part(name)
         fn = getattr(gen, gen.MANIFEST[(cid, name)])
-        errors[cid, name], magnitude = identities.evaluate(fn, identity.level, sizes, batch, "fully-masked-row", seed=3)
+        errors[cid, name], magnitude = identities.evaluate(fn, identity, sizes, batch, "fully-masked-row", seed=3)
         assert magnitude > 1e-6
     assert errors["H1", "main"] <= identities.TOL_FLOAT64
     assert errors["H3", "row mass"] <= identities.TOL_FLOAT64

@@ -74,7 +74,7 @@ def test_the_generated_check_needs_the_other_heads(cid, name):
     identity = registry.REGISTRY[cid].part(name)
     fn = getattr(gen, gen.MANIFEST[(cid, name)])
     sizes, batch = {"n": 5, "dk": 3, "dv": 2, "m": 4, "dx": 2}, (2,)
-    err, magnitude = identities.evaluate(fn, identity.level, sizes, batch, "causal", seed=4, readout="concat")
+    err, magnitude = identities.evaluate(fn, identity, sizes, batch, "causal", seed=4)
     assert err <= identities.TOL_FLOAT64 and magnitude > 1e-6
     g = torch.Generator().manual_seed(4)
     leaves, scalars, mask = identities.draw_inputs(fn, identity.level, sizes, batch, "causal", g, "concat")

@@ -57,27 +57,37 @@ SERIES_POINTS = 60  # records kept per curve in results.json
 
 @dataclass(frozen=True)
 class DeepConfig:
-    steps: int = 800
-    batch: int = 16
-    seeds: tuple = (0, 1)
-    every: int = 40  # training steps between watched probe passes
+    """The sizes come from the profile (derive.profile.ExperimentSizes deep_*, `from_sizes`); the rest is the
+    experiment's own setting."""
+
+    steps: int
+    batch: int
+    seeds: tuple
+    every: int  # training steps between watched probe passes
+    d_model: int
+    ff: int
+    length: int
+    probe_batch: int
+    eval_batch: int
     checkpoints: int = 5  # KL to Bayes at this many evenly spaced steps (the first at 0, the last at the end)
-    d_model: int = 64
     heads: int = 4
     layers: int = 2
-    ff: int = 128
     symbols: int = 5
-    length: int = 32
     prior: float = 0.5  # less sticky than E5's tunnel (1.0, 4.0): the in-context counts matter more
     sticky: float = 1.0
-    probe_batch: int = 32
-    eval_batch: int = 256
     sgd_lr: float = 0.3
     value_lr_ratio: float = 10.0
     adamw_lr: float = 3e-3
     weight_decay: float = 0.01
     resamples: int = 1000
     seed: int = 0  # the probe and evaluation sequences
+
+    @classmethod
+    def from_sizes(cls, x):
+        """The experiment at a profile's sizes (derive.profile.ExperimentSizes)."""
+        return cls(steps=x.deep_steps, batch=x.deep_batch, seeds=x.deep_seeds, every=x.deep_every,
+                   d_model=x.deep_d_model, ff=x.deep_ff, length=x.deep_length, probe_batch=x.deep_probe_batch,
+                   eval_batch=x.deep_eval_batch)
 
     def validate(self):
         positive_ints(self, "steps", "batch", "every", "checkpoints", "d_model", "heads", "layers", "ff", "symbols",
@@ -303,8 +313,7 @@ def benchmark_setup(seed=0):
     training step on one batch of wind-tunnel sequences: () -> (model, step)."""
     from derive.profile import DEFAULT
 
-    x = DEFAULT.experiments
-    cfg = DeepConfig(batch=x.deep_batch, d_model=x.deep_d_model, ff=x.deep_ff, length=x.deep_length)
+    cfg = DeepConfig.from_sizes(DEFAULT.experiments)
     batches, init = data(replace(cfg, steps=1), seed)
     model = DeepTunnel(cfg)
     model.load_state_dict(init)

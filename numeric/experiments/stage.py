@@ -52,9 +52,7 @@ def configs(sizes):
             "dynamics": dynamics.DynamicsConfig(instances=x.dynamics_instances, train_steps=x.dynamics_train_steps),
             "tunnel": windtunnel.TunnelConfig(steps=x.tunnel_steps, batch=x.tunnel_batch, eval_batch=x.tunnel_eval_batch,
                                               length=x.tunnel_length),
-            "deep": deep_watch.DeepConfig(steps=x.deep_steps, batch=x.deep_batch, seeds=x.deep_seeds, every=x.deep_every,
-                                          d_model=x.deep_d_model, ff=x.deep_ff, length=x.deep_length,
-                                          probe_batch=x.deep_probe_batch, eval_batch=x.deep_eval_batch)}
+            "deep": deep_watch.DeepConfig.from_sizes(x)}
 
 
 class ExperimentStage:

@@ -855,8 +855,9 @@ def identity_h4_head_upstream(o, w_o, y, other_logits, grad_o):
     n_size = o.shape[-2]
     z = other_logits + o @ w_o  # (..., n, m)
     p = _softmax_(z, None, dim=-1)  # (..., n, m)
+    u = (p - y) @ (w_o / n_size).mT  # (..., n, d_v)
     derived = grad_o  # (..., n, d_v)
-    closed = (p - y) @ (w_o / n_size).mT  # (..., n, d_v)
+    closed = u  # (..., n, d_v)
     return derived, closed
 
 
