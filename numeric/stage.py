@@ -186,7 +186,7 @@ class NumericStage:
                 "shape": shape, "ours_s": r["step_watched_s"], "reference": "the same training step unwatched",
                 "reference_s": r["step_s"], "ratio": r["ratio"], "goal_ratio": 1.1 if setup == "demo" else None,
                 "peak_rss_increase_mib": r["peak_rss_increase_mib"], "held_between_records_mib": r["held_mib"],
-                "pairs": r["pairs"]})
+                "pairs": r["pairs"], "steps_per_block": r["steps_per_block"], "enter_exit_s": r["enter_exit_s"]})
             self.log(f"  watch overhead {setup} every={every}: step {r['step_s'] * 1e3:.1f} ms -> "
                      f"{r['step_watched_s'] * 1e3:.1f} ms, ratio {r['ratio']:.3f} ({r['pairs']} pairs); "
                      f"peak RSS +{r['peak_rss_increase_mib']:.1f} MiB")

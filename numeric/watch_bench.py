@@ -1,9 +1,10 @@
 """The watcher's cost on a training step: `python -m numeric.watch_bench [--setup NAME] [--every K]`.
 
 A setup is a model with its own training step (forward, loss, backward, optimizer step), built afresh
-by a function `() -> (model, step)`; `step(model)` trains one step. The same step is timed with and
-without `numeric.watch.watch(model, every=K)`, in alternating blocks on one thread, and the peak
-resident memory of a fresh process that trains the setup is read with and without the watcher.
+by a function `() -> (model, step)`; `step(model)` trains one step. The same step is timed on a copy
+watched by one `numeric.watch.watch(model, every=K)` held open throughout (as in a training run) and on
+an unwatched copy, in alternating blocks on one thread, and the peak resident memory of a fresh process
+that trains the setup is read with and without the watcher.
 
 Setups (SETUPS):
 - `demo`: the demonstration experiment's model and training step (numeric.experiments.deep_watch: a
@@ -55,42 +56,50 @@ def _setup(name):
 
 
 def benchmark(setup="demo", every=10, steps=20, repeats=15, min_seconds=0.0):
-    """Training-step time with and without the watcher (one thread; blocks of `steps` steps, alternating,
-    after one warm-up block each): per-step seconds (medians), the median of the per-pair ratios, the
-    peak-RSS increase of a fresh process (MiB) and the MiB the watcher holds between records (alpha,
-    log alpha and V per site, for drift). At least `repeats` pairs of blocks are timed, more when that
-    takes under `min_seconds` (fast steps are noisy: the median then has more pairs to steady it); the
-    number timed is returned as `pairs`."""
+    """Training-step time with and without the watcher (one thread): two copies of the setup, one trained
+    inside a single `watch(model, every=every)` kept open throughout, as a training run would, the other
+    unwatched, timed in alternating blocks of `steps` steps (rounded up to a multiple of `every`, so every
+    block holds the same number of recorded steps) after one warm-up block each. Returns per-step seconds
+    (medians), the median of the per-pair ratios, the seconds entering and leaving the watcher take once
+    (not in the ratio), the peak-RSS increase of a fresh process (MiB) and the MiB the watcher holds between
+    records (alpha, the rows' sum alpha log alpha, live rows and V per site, for drift). At least `repeats`
+    pairs of blocks are timed, more when that takes under `min_seconds` (fast steps are noisy: the median
+    then has more pairs to steady it); the number timed is returned as `pairs`."""
     make = _setup(setup)
     for name, value in (("every", every), ("steps", steps), ("repeats", repeats)):
         if not isinstance(value, int) or isinstance(value, bool) or value < 1:
             raise ValueError(f"benchmark: {name} must be a positive int, got {value!r}")
     if not min_seconds >= 0:
         raise ValueError(f"benchmark: min_seconds must be >= 0, got {min_seconds!r}")
+    steps = -(-steps // every) * every
     threads = torch.get_num_threads()
     torch.set_num_threads(1)
     try:
         runs = {False: make(), True: make()}
+        t0 = time.perf_counter()
+        with watch(runs[True][0], every=every):
+            pass
+        enter_exit_s = time.perf_counter() - t0
         times = {False: [], True: []}
         pairs = repeats
-        while len(times[False]) < pairs + 1:  # the first pair is a warm-up
-            for on, (model, step) in runs.items():
-                t0 = time.perf_counter()
-                with watch(model, every=every) if on else contextlib.nullcontext() as w:
+        with watch(runs[True][0], every=every) as w:
+            while len(times[False]) < pairs + 1:  # the first pair is a warm-up
+                for on, (model, step) in runs.items():
+                    t0 = time.perf_counter()
                     for _ in range(steps):
                         step(model)
-                times[on].append((time.perf_counter() - t0) / steps)
-            if len(times[False]) == 2:  # one timed pair: how many fill min_seconds
-                pair_s = (times[False][1] + times[True][1]) * steps
-                pairs = max(repeats, math.ceil(min_seconds / pair_s)) if pair_s > 0 else repeats
+                    times[on].append((time.perf_counter() - t0) / steps)
+                if len(times[False]) == 2:  # one timed pair: how many fill min_seconds
+                    pair_s = (times[False][1] + times[True][1]) * steps
+                    pairs = max(repeats, math.ceil(min_seconds / pair_s)) if pair_s > 0 else repeats
     finally:
         torch.set_num_threads(threads)
     plain, watched = times[False][1:], times[True][1:]  # the first block is a warm-up
-    held = sum(t.nbytes for alphas, logs, v in w._prev.values() for t in (*alphas, *logs, v)) / 2**20
+    held = sum(t.nbytes for states in w._prev.values() for state in states for t in state) / 2**20
     rss = _rss_pair(setup, every)
-    return dict(setup=setup, pairs=len(plain), step_s=statistics.median(plain), step_watched_s=statistics.median(watched),
-                ratio=statistics.median(b / a for a, b in zip(plain, watched)), peak_rss_mib=rss[0],
-                peak_rss_increase_mib=rss[1] - rss[0], held_mib=held)
+    return dict(setup=setup, pairs=len(plain), steps_per_block=steps, step_s=statistics.median(plain),
+                step_watched_s=statistics.median(watched), ratio=statistics.median(b / a for a, b in zip(plain, watched)),
+                enter_exit_s=enter_exit_s, peak_rss_mib=rss[0], peak_rss_increase_mib=rss[1] - rss[0], held_mib=held)
 
 
 def _rss_pair(setup, every):
@@ -137,7 +146,8 @@ def main(argv=None):
     r = benchmark(args.setup, every=args.every, steps=max(20, 2 * args.every), repeats=args.repeats,
                   min_seconds=args.min_seconds)
     print(f"{args.setup}: step {r['step_s'] * 1e3:.2f} ms, watched (every={args.every}) {r['step_watched_s'] * 1e3:.2f} ms: "
-          f"median ratio {r['ratio']:.3f} over {r['pairs']} pairs; "
+          f"median ratio {r['ratio']:.3f} over {r['pairs']} pairs of {r['steps_per_block']}-step blocks; "
+          f"entering and leaving the watcher {r['enter_exit_s'] * 1e3:.2f} ms; "
           f"peak RSS {r['peak_rss_mib']:.0f} MiB, +{r['peak_rss_increase_mib']:.1f} MiB; "
           f"held between records {r['held_mib']:.2f} MiB")
     return 0

@@ -256,12 +256,13 @@ def test_dropout_and_bad_input_raise():
 
 def test_drift_is_frame_js():
     from numeric.experiments.frame import _js
-    from numeric.watch import TINY
-    from numeric.watch import _js as js_from_logs
+    from numeric.watch import _js as watch_js
     g = torch.Generator().manual_seed(0)
     a, b = (torch.softmax(torch.randn(2, 3, 5, 6, generator=g, dtype=torch.float64), -1) for _ in range(2))
-    logs = [t.clamp_min(TINY).log() for t in (a, b)]
-    assert torch.allclose(js_from_logs(a, logs[0], b, logs[1]), _js(a, b), rtol=1e-12, atol=0)
+    assert torch.allclose(watch_js(a, b), _js(a, b), rtol=1e-12, atol=0)
+    assert torch.equal(watch_js(a, a), torch.zeros(2, 3, 5, dtype=torch.float64))
+    near = torch.softmax(a.log() + 1e-3 * torch.randn(a.shape, generator=g, dtype=torch.float64), -1)  # JS ~ 1e-7
+    assert torch.allclose(watch_js(a.float(), near.float()).double(), _js(a, near), rtol=0, atol=2e-7)
 
 
 def test_chunked_batch_equals_one_chunk(monkeypatch):
