@@ -272,7 +272,9 @@ def group_stats(calls, prev=None):
     drift. Returns a list of entries (lists over each call's heads) and the group's state."""
     heads = [c[0].shape[1] for c in calls]
     q, k, v, u, mask, scale = calls[0]
-    if len(calls) > 1:
+    if len(calls) == 1:
+        v = v.clone()  # kept for the next drift: the caller's V may be overwritten in place (a parameter)
+    else:
         q, k, v, u = (torch.cat([c[i] for c in calls], 1) for i in range(4))
         masks = [c[4] for c in calls]
         if mask is not None and not (mask.shape[1] == 1 and all(m is mask for m in masks)):

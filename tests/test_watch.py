@@ -9,6 +9,8 @@ from torch import nn
 
 from numeric.watch import watch
 
+imported_sdpa = F.scaled_dot_product_attention  # bound at import, as `from ... import` binds it
+
 D, H, N, L = 16, 4, 3, 7
 TOL = 1e-10
 
@@ -384,3 +386,153 @@ def test_half_precision_calls_are_watched_in_float32(dtype):
     assert records[dtype][1]["js"] is not None and all(math.isfinite(x) for x in records[dtype][1]["js"])
     for a, b in zip(records[torch.float32][0]["entropy"], records[dtype][0]["entropy"]):
         assert abs(a - b) <= 0.05 * abs(a)
+
+
+class Heads(nn.Module):
+    """q, k, v as parameters (N, H, Lq, hd) / (N, H, S, hd); SDPA under a bool mask, or explicitly (scores kept)."""
+
+    def __init__(self, Lq, S, seed=0, call=None):
+        super().__init__()
+        g = torch.Generator().manual_seed(seed)
+        self.q, self.k, self.v = (nn.Parameter(torch.randn(2, 3, n, 5, generator=g, dtype=torch.float64)) for n in (Lq, S, S))
+        self.mask = torch.rand(Lq, S, generator=g) > 0.4
+        self.mask[:, 0] = True
+        self.mask[1] = False  # a row with no attended key: alpha 0, not a live row
+        self.call, self.saved = call or F.scaled_dot_product_attention, {}
+
+    def forward(self, explicit=False):
+        if not explicit:
+            return self.call(self.q, self.k, self.v, attn_mask=self.mask)
+        s = (self.q @ self.k.mT / math.sqrt(5)).masked_fill(~self.mask, -math.inf)
+        s.retain_grad()
+        dead = ~self.mask.any(-1, keepdim=True)
+        alpha = torch.softmax(s.masked_fill(dead, 0.0), -1).masked_fill(dead, 0.0)
+        self.saved.update(s=s, alpha=alpha, v=self.v)
+        return alpha @ self.v
+
+
+@pytest.mark.parametrize("S", [7, 13, 31, 40, 70])
+def test_rows_of_any_length_match_autograd(S):
+    """Key counts on both sides of the zero padding of the row maxima (rows of S mod 32 > 8 entries are
+    padded to a multiple of 32), with a fully masked row."""
+    model = Heads(6, S)
+    with watch(model) as w:
+        loss_of(model()).backward()
+    model.zero_grad()
+    loss_of(model(explicit=True)).backward()
+    saved = dict(model.saved, v=model.v)
+    ref = reference(saved)
+    live = saved["alpha"].sum(-1) > 0
+    rows = live.sum((0, 2)).double()
+    ref.update(entropy=-(saved["alpha"] * saved["alpha"].clamp_min(1e-300).log()).sum(-1).sum((0, 2)) / rows,
+               saturation=((1 - saved["alpha"].amax(-1)) * live).sum((0, 2)) / rows,
+               adv_row_l1=saved["s"].grad.abs().sum(-1).sum((0, 2)) / rows)
+    assert_matches(w.records[0], ref)
+    assert min(w.records[0]["c9_slack"]) >= -1e-12
+
+
+def test_a_sdpa_imported_by_name_is_seen_once_and_equals_the_attribute_call():
+    models = [Heads(5, 9, call=imported_sdpa), Heads(5, 9)]
+    records = []
+    for model in models:
+        with watch(model) as w:
+            loss_of(model()).backward()
+        assert len(w.records) == 1  # the mode and the wrapper never both report a call
+        records.append(w.records[0])
+    assert records[0] == records[1]
+
+
+def test_between_records_the_submodules_carry_no_hooks_and_sdpa_is_restored():
+    torch.manual_seed(0)
+    original = F.scaled_dot_product_attention
+    layer = nn.TransformerEncoderLayer(D, H, 2 * D, dropout=0.0, batch_first=True).double()
+    model = nn.TransformerEncoder(layer, 2, enable_nested_tensor=False)
+    x = torch.randn(N, L, D, dtype=torch.float64)
+    mask = nn.Transformer.generate_square_subsequent_mask(L, dtype=torch.float64)
+    submodules = [m for m in model.modules() if m is not model]
+    with watch(model, every=2) as w:
+        for _ in range(4):
+            y = model(x, mask=mask, is_causal=True)
+            assert F.scaled_dot_product_attention is original
+            assert all(not m._forward_pre_hooks and not m._forward_hooks for m in submodules)
+            loss_of(y).backward()
+    assert [(r["site"], r["step"]) for r in w.records] == [("layers.1.self_attn", 0), ("layers.0.self_attn", 0),
+                                                          ("layers.1.self_attn", 2), ("layers.0.self_attn", 2)]
+    assert all(r["js"] is not None for r in w.records[2:])
+
+    class Boom(nn.Module):
+        def forward(self, q):
+            F.scaled_dot_product_attention(q, q, q)
+            raise RuntimeError("boom")
+    boom = Boom()
+    with watch(boom):
+        with pytest.raises(RuntimeError, match="boom"):
+            boom(torch.randn(1, 2, 3, 4, requires_grad=True))
+        assert F.scaled_dot_product_attention is not original  # the recorded forward raised before its end
+    assert F.scaled_dot_product_attention is original
+
+
+class TwoSites(nn.Module):
+    """Two SDPA calls of one shape under different bool masks (one group, masks concatenated per head) and one
+    of another length (a group of its own); the first can be skipped."""
+
+    def __init__(self):
+        super().__init__()
+        self.a, self.b, self.c = Heads(6, 8, seed=1), Heads(6, 8, seed=2), Heads(6, 11, seed=3)
+        self.skip = False
+
+    def forward(self):
+        outs = [self.b(), self.c()] if self.skip else [self.a(), self.b(), self.c()]
+        return sum(o.sum() * (i + 1) + o.square().sum() for i, o in enumerate(outs))
+
+
+def test_grouped_sites_equal_sites_evaluated_alone(monkeypatch):
+    import numeric.watch as W
+    records = []
+    for grouped in (True, False):
+        if not grouped:
+            monkeypatch.setattr(W, "_group_key", lambda *call: object())  # every call a group of its own
+        model = TwoSites()
+        with watch(model) as w:
+            for _ in range(3):
+                model().backward()
+                with torch.no_grad():
+                    for p in model.parameters():
+                        p -= 0.05 * p.grad
+                        p.grad = None
+        records.append(w.records)
+    assert [r["site"] for r in records[0]] == [r["site"] for r in records[1]] == ["c", "b", "a"] * 3
+    for one, alone in zip(*records):
+        for key, value in one.items():
+            assert value == pytest.approx(alone[key], rel=1e-12, abs=1e-15) if value is not None else alone[key] is None, key
+    # V is a parameter updated in place: its drift is measured against a copy
+    assert all(r["js"] is not None and min(r["v_change"]) > 1e-3 for recs in records for r in recs[3:])
+
+
+def test_drift_is_none_when_a_sites_group_changes():
+    model = TwoSites()
+    with watch(model) as w:
+        for skip in (False, True, False, False):
+            model.skip = skip
+            model().backward()
+    by_step = [{r["site"]: r for r in w.records if r["step"] == s} for s in range(4)]
+    # a site is (module path, call index in the step): skipping a renumbers b and c, whose groups then differ
+    assert [(r["call"], r["js"] is None) for r in by_step[1].values()] == [(1, True), (0, True)]
+    # at step 2 the sites are step 0's again, with their groups: drift against step 0
+    assert all(r["js"] is not None and r["v_change"] is not None for s in (2, 3) for r in by_step[s].values())
+
+
+def test_float32_drift_is_close_to_float64():
+    """The watcher's JS, H(m) - (H(p) + H(q)) / 2, in float32 against the same model in float64."""
+    js = {}
+    for dtype in (torch.float64, torch.float32):
+        model = Heads(6, 13).to(dtype)
+        with watch(model) as w:
+            for _ in range(2):
+                loss_of(model()).backward()
+                with torch.no_grad():
+                    model.q -= 0.02 * model.q.grad
+                model.q.grad = None
+        js[dtype] = w.records[1]["js"]
+    assert all(j > 1e-5 for j in js[torch.float64])
+    assert js[torch.float32] == pytest.approx(js[torch.float64], rel=1e-3, abs=1e-6)
