@@ -60,7 +60,7 @@ def benchmark(setup="demo", every=10, steps=20, repeats=15, min_seconds=0.0):
     inside a single `watch(model, every=every)` kept open throughout, as a training run would, the other
     unwatched, timed in alternating blocks of `steps` steps (rounded up to a multiple of `every`, so every
     block holds the same number of recorded steps) after one warm-up block each. Returns per-step seconds
-    (medians), the median of the per-pair ratios, the seconds entering and leaving the watcher take once
+    (medians), the median of the per-pair ratios and their lower and upper quartiles, the seconds entering and leaving the watcher take once
     (not in the ratio), the peak-RSS increase of a fresh process (MiB) and the MiB the watcher holds between
     records (alpha, the rows' sum alpha log alpha, live rows and V per site, for drift). At least `repeats`
     pairs of blocks are timed, more when that takes under `min_seconds` (fast steps are noisy: the median
@@ -97,8 +97,11 @@ def benchmark(setup="demo", every=10, steps=20, repeats=15, min_seconds=0.0):
     plain, watched = times[False][1:], times[True][1:]  # the first block is a warm-up
     held = sum(t.nbytes for states in w._prev.values() for state in states for t in state) / 2**20
     rss = _rss_pair(setup, every)
+    ratios = [b / a for a, b in zip(plain, watched)]
+    quartiles = statistics.quantiles(ratios, n=4) if len(ratios) > 1 else [ratios[0]] * 3
     return dict(setup=setup, pairs=len(plain), steps_per_block=steps, step_s=statistics.median(plain),
-                step_watched_s=statistics.median(watched), ratio=statistics.median(b / a for a, b in zip(plain, watched)),
+                step_watched_s=statistics.median(watched), ratio=statistics.median(ratios),
+                ratio_quartiles=[quartiles[0], quartiles[2]],
                 enter_exit_s=enter_exit_s, peak_rss_mib=rss[0], peak_rss_increase_mib=rss[1] - rss[0], held_mib=held)
 
 
@@ -146,7 +149,8 @@ def main(argv=None):
     r = benchmark(args.setup, every=args.every, steps=max(20, 2 * args.every), repeats=args.repeats,
                   min_seconds=args.min_seconds)
     print(f"{args.setup}: step {r['step_s'] * 1e3:.2f} ms, watched (every={args.every}) {r['step_watched_s'] * 1e3:.2f} ms: "
-          f"median ratio {r['ratio']:.3f} over {r['pairs']} pairs of {r['steps_per_block']}-step blocks; "
+          f"median ratio {r['ratio']:.3f} (quartiles {r['ratio_quartiles'][0]:.3f}-{r['ratio_quartiles'][1]:.3f}) "
+          f"over {r['pairs']} pairs of {r['steps_per_block']}-step blocks; "
           f"entering and leaving the watcher {r['enter_exit_s'] * 1e3:.2f} ms; "
           f"peak RSS {r['peak_rss_mib']:.0f} MiB, +{r['peak_rss_increase_mib']:.1f} MiB; "
           f"held between records {r['held_mib']:.2f} MiB")
