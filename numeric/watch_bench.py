@@ -105,6 +105,40 @@ def benchmark(setup="demo", every=10, steps=20, repeats=15, min_seconds=0.0):
                 enter_exit_s=enter_exit_s, peak_rss_mib=rss[0], peak_rss_increase_mib=rss[1] - rss[0], held_mib=held)
 
 
+def unrecorded(setup="demo", steps=20, repeats=40):
+    """An unrecorded watched step against a plain one, on one model (one thread): blocks of `steps` steps
+    alternately outside and inside one watcher that records only its first step (every = 10**9). Returns
+    per-step seconds (medians), the median per-pair ratio and its quartiles."""
+    for name, value in (("steps", steps), ("repeats", repeats)):
+        if not isinstance(value, int) or isinstance(value, bool) or value < 2:
+            raise ValueError(f"unrecorded: {name} must be an int >= 2, got {value!r}")
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)
+    try:
+        model, step = _setup(setup)()
+        w = watch(model, every=10**9)
+        with w:
+            step(model)  # step 0, the one recorded
+        first = len(w.records)
+        times = {False: [], True: []}
+        for _ in range(repeats + 1):  # the first pair is a warm-up
+            for on in (False, True):
+                t0 = time.perf_counter()
+                with w if on else contextlib.nullcontext():
+                    for _ in range(steps):
+                        step(model)
+                times[on].append((time.perf_counter() - t0) / steps)
+    finally:
+        torch.set_num_threads(threads)
+    if not first or len(w.records) != first:
+        raise RuntimeError(f"unrecorded: {first} records at step 0 and {len(w.records) - first} after it; expected some, then none")
+    ratios = [b / a for a, b in zip(times[False][1:], times[True][1:])]
+    q = statistics.quantiles(ratios, n=4)
+    return dict(setup=setup, pairs=repeats, step_s=statistics.median(times[False][1:]),
+                step_unrecorded_s=statistics.median(times[True][1:]), ratio=statistics.median(ratios),
+                ratio_quartiles=[q[0], q[2]], records=len(w.records))
+
+
 def _rss_pair(setup, every):
     """Peak RSS (MiB) of two fresh processes training the setup, unwatched and watched, run side by side (a
     process's peak is its own, so running both at once changes neither; it halves the wall time)."""
@@ -139,6 +173,8 @@ def main(argv=None):
     ap.add_argument("--every", type=int, default=10, help="record every K-th step (default 10)")
     ap.add_argument("--repeats", type=int, default=15, help="timed blocks per side, at least (default 15)")
     ap.add_argument("--min-seconds", type=float, default=10.0, help="time at least this long (default 10 s)")
+    ap.add_argument("--unrecorded", action="store_true",
+                    help="time unrecorded watched steps against plain ones instead (one model, 40 pairs of blocks)")
     ap.add_argument("--rss", nargs=3, metavar=("SETUP", "ON", "EVERY"), help=argparse.SUPPRESS)
     args = ap.parse_args(argv)
     if args.rss:
@@ -146,6 +182,12 @@ def main(argv=None):
         return 0
     if args.every < 1 or args.repeats < 1 or not args.min_seconds >= 0:
         ap.error("--every and --repeats must be positive, --min-seconds >= 0")
+    if args.unrecorded:
+        r = unrecorded(args.setup)
+        print(f"{args.setup}: step {r['step_s'] * 1e3:.2f} ms, unrecorded watched step {r['step_unrecorded_s'] * 1e3:.2f} ms: "
+              f"median ratio {r['ratio']:.3f} (quartiles {r['ratio_quartiles'][0]:.3f}-{r['ratio_quartiles'][1]:.3f}) "
+              f"over {r['pairs']} pairs of blocks")
+        return 0
     r = benchmark(args.setup, every=args.every, steps=max(20, 2 * args.every), repeats=args.repeats,
                   min_seconds=args.min_seconds)
     print(f"{args.setup}: step {r['step_s'] * 1e3:.2f} ms, watched (every={args.every}) {r['step_watched_s'] * 1e3:.2f} ms: "

@@ -536,3 +536,12 @@ def test_float32_drift_is_close_to_float64():
         js[dtype] = w.records[1]["js"]
     assert all(j > 1e-5 for j in js[torch.float64])
     assert js[torch.float32] == pytest.approx(js[torch.float64], rel=1e-3, abs=1e-6)
+
+
+@pytest.mark.slow
+def test_unrecorded_benchmark_times_watched_steps_that_record_nothing():
+    from numeric.watch_bench import unrecorded
+    r = unrecorded("demo", steps=2, repeats=2)
+    assert r["records"] == 2 and r["ratio"] > 0 and r["pairs"] == 2  # the demo model's 2 layers at step 0 only
+    with pytest.raises(ValueError, match="repeats must be an int >= 2"):
+        unrecorded("demo", repeats=1)
