@@ -545,3 +545,16 @@ def test_unrecorded_benchmark_times_watched_steps_that_record_nothing():
     assert r["records"] == 2 and r["ratio"] > 0 and r["pairs"] == 2  # the demo model's 2 layers at step 0 only
     with pytest.raises(ValueError, match="repeats must be an int >= 2"):
         unrecorded("demo", repeats=1)
+
+
+def test_a_backward_pass_that_raises_leaves_the_next_step_recorded():
+    model = TwoSites()
+    with watch(model) as w:
+        out = model()
+        model.a.q.register_hook(lambda g: (_ for _ in ()).throw(RuntimeError("hook")))
+        with pytest.raises(RuntimeError, match="hook"):
+            out.backward(retain_graph=True)
+        model.a.q._backward_hooks.clear()
+        out.backward(retain_graph=True)  # the same step's backward again, now whole
+        model().backward()
+    assert [(r["site"], r["step"]) for r in w.records] == [(s, step) for step in (0, 1) for s in "cba"]
