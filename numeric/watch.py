@@ -5,9 +5,10 @@
             loss = loss_fn(model(batch), target); loss.backward(); opt.step(); opt.zero_grad()
     print(w.summary())
 
-A step is one call of `model.forward` made with grad enabled (so one forward per backward, as in an
-ordinary training loop); steps are numbered from 0 and steps 0, K, 2K, ... are recorded. On a recorded
-step every attention call site is captured at the call: q, k, v, the mask and the scale, and a hook on
+A step is one call of `model.forward` made with grad enabled, outside a backward pass (so one forward
+per backward, as in an ordinary training loop; activation checkpointing's recomputation is not a
+step); steps are numbered from 0 and steps 0, K, 2K, ... are recorded. On a recorded step every
+attention call site is captured at the call: q, k, v, the mask and the scale, and a hook on
 the attention output receives u = dL/do from the real backward pass. From (q, k, v, u, mask, scale) the
 generated kernels (numeric.api.attention_routing: attention_backward without dQ and dK) give alpha,
 B = u v^T, the advantage A = dL/dS (C1) and dL/dV (C2), so the recorded numbers are the proved closed
@@ -52,9 +53,10 @@ site, call, step, heads, dropout_p, and lists over heads of
   max over attended keys); >= 0 up to rounding;
 - dS_norm, dV_norm: Frobenius norms over batch of dL/dS (routing) and dL/dV (values);
 - js, v_change: drift from the previous record of the same site: mean over rows live in both of the
-  Jensen-Shannon divergence (nats) of alpha rows, H(m) - (H(p) + H(q)) / 2 with m the rows' mean
-  (clamped at 0 against rounding), and ||V - V_prev|| / ||V_prev||. None at a site's first record, and
-  when its group (the sites evaluated with it), shape, dtype or device differs from the previous record's.
+  Jensen-Shannon divergence (nats) of alpha rows, (KL(p || m) + KL(q || m)) / 2 with m the rows' mean
+  (resolved down to about 1e-8 nats in float32), and ||V - V_prev|| / ||V_prev||. None at a site's first
+  record, and when its group (the sites evaluated with it), batch, shape, dtype or device differs from
+  the previous record's. A backward pass of losses from several forwards evaluates their steps in order.
 Half-precision (float16, bfloat16) calls are evaluated in float32. With dropout_p > 0 the watcher raises
 unless allow_dropout=True; then the numbers are those of the dropout-free alpha against the real u.
 `python -m numeric.watch_bench` measures the overhead.
@@ -94,8 +96,30 @@ class _SDPAMode(TorchFunctionMode):
         return out
 
 
-def _sdpa_inputs(q, k, v, attn_mask=None, dropout_p=0.0, is_causal=False, scale=None, enable_gqa=False):
-    """q, k, v, mask in the API's semantics (bool True = attend, float additive), dropout_p, scale."""
+def _remove_mode(mode):
+    """Take `mode` off the torch function mode stack wherever it is (modes pushed after it stay, in order)."""
+    stack = torch.overrides._get_current_function_mode_stack()
+    if not any(m is mode for m in stack):
+        return
+    above = []
+    while (top := torch.overrides._pop_mode()) is not mode:
+        above.append(top)
+    for m in reversed(above):
+        torch.overrides._push_mode(m)
+
+
+def _live(fn):
+    """fn, or what it wraps when it is a watcher's wrapper whose recorded forward has ended (skipped, so a
+    chain of wrappers left by forwards that did not end in order is unlinked)."""
+    while getattr(fn, "_watcher", None) is not None and not fn._active():
+        fn = fn._previous
+    return fn
+
+
+def _sdpa_inputs(query, key, value, attn_mask=None, dropout_p=0.0, is_causal=False, scale=None, enable_gqa=False):
+    """q, k, v, mask in the API's semantics (bool True = attend, float additive), dropout_p, scale (SDPA's
+    parameter names: a call may pass any of them by keyword)."""
+    q, k, v = query, key, value
     if is_causal and attn_mask is not None:
         raise ValueError("scaled_dot_product_attention was called with both attn_mask and is_causal=True")
     if enable_gqa and q.shape[-3] != k.shape[-3]:  # SDPA's GQA: each kv head serves a group of q heads
@@ -198,21 +222,20 @@ def _max_width(S, device):
 def _chunk_stats(q, k, v, u, mask, scale, prev):
     """Per-head partials of one batch chunk, as one (K, H) tensor: the sums of SUMS, then of DRIFT_SUMS when
     `prev` (the chunk's previous state) is given and of the same kind, then the maximum of |A| and the minimum
-    C9 slack; and this chunk's state for the next drift (alpha, the rows' sum_j alpha log alpha, live rows, V).
-    Every full-size temporary is one of the kernel's fresh buffers or one scratch buffer, overwritten once read
-    (a fresh large buffer costs page faults)."""
+    C9 slack; and this chunk's state for the next drift (alpha, log alpha, live rows, V).
+    The kernel's fresh buffers are overwritten once read (a fresh large buffer costs page faults)."""
     g = attention_routing(q, k, v, u, mask=mask, scale=scale, validate_inputs=False)
     alpha, b, A = g.alpha.expand(g.A.shape), g.B, g.A  # (c, H, L, S)
     S = alpha.shape[-1]
-    scratch = torch.clamp_min(alpha, TINY).log_()  # log alpha, finite where alpha = 0
-    plogp = scratch.mul_(alpha).sum(-1)  # sum_j alpha_ij log alpha_ij: 0 on a row with no attended key
+    log_a = torch.clamp_min(alpha, TINY).log_()  # log alpha, finite where alpha = 0 (kept for the next drift)
+    plogp = torch.linalg.vecdot(alpha, log_a)  # sum_j alpha_ij log alpha_ij: 0 on a row with no attended key
     abs_a = A.abs_()  # |A|; A is read only through it
     # the row maxima of alpha and of |b| over attended keys (alpha > 0), in one reduction; both are >= 0, so
     # zero padding (_max_width) leaves them unchanged
     width = _max_width(S, alpha.device)
     rows = (alpha.new_zeros if width != S else alpha.new_empty)(*alpha.shape[:-1], 2, width)
     rows[..., 0, :S].copy_(alpha)
-    torch.mul(b.abs_(), torch.sign(alpha, out=scratch), out=rows[..., 1, :S])
+    torch.sign(alpha, out=rows[..., 1, :S]).mul_(b.abs_())
     amax, bmax = rows.amax(-1).unbind(-1)  # (c, H, L) each
     live = amax > 0  # rows with an attended key
     lhs = abs_a.sum(-1)  # sum_j |dL/ds_ij|
@@ -221,23 +244,24 @@ def _chunk_stats(q, k, v, u, mask, scale, prev):
     per_row = [live.to(alpha.dtype), plogp.neg(), amax, lhs, resp[1], resp[0], abs_a.square_().sum(-1),
                torch.linalg.vecdot(g.dV, g.dV)]
     if prev is not None and _same_kind(prev[0], alpha) and _same_kind(prev[3], v):
-        # JS(p, q) = H(m) - (H(p) + H(q)) / 2 with m = (p + q) / 2, per row (clamped at 0 against rounding)
-        m = torch.lerp(alpha, prev[0], 0.5, out=scratch)
-        mlogm = torch.clamp_min(m, TINY, out=b).log_().mul_(m).sum(-1)
         both = live & prev[2]
-        js = (plogp + prev[1]).mul_(0.5).sub_(mlogm).clamp_min_(0).masked_fill_(~both, 0)
+        js = _js(alpha, log_a, prev[0], prev[1], buffer=b).masked_fill_(~both, 0)
         dv = v - prev[3]
         per_row += [js, both.to(js.dtype), torch.linalg.vecdot(dv, dv), torch.linalg.vecdot(prev[3], prev[3])]
     sums = torch.stack([x.sum(0) if x.dim() == 2 else x.sum((0, -1)) for x in per_row])
     c9 = torch.addcmul(lhs.neg(), 1 - amax, bmax, value=4).masked_fill_(~live, math.inf).amin((0, -1))
-    return torch.cat([sums, adv_max[None], c9[None]]), (alpha, plogp, live, v)
+    return torch.cat([sums, adv_max[None], c9[None]]), (alpha, log_a, live, v)
 
 
-def _js(p, q):
-    """Jensen-Shannon divergence (nats) of last-axis distributions as the watcher computes it,
-    H((p + q) / 2) - (H(p) + H(q)) / 2, clamped at 0 (frame._js's value up to rounding)."""
-    plogp = lambda x: torch.linalg.vecdot(x, x.clamp_min(TINY).log())  # noqa: E731
-    return ((plogp(p) + plogp(q)) / 2 - plogp(torch.lerp(p, q, 0.5))).clamp_min(0)
+def _js(p, log_p, q, log_q, buffer=None):
+    """Jensen-Shannon divergence (nats) of last-axis distributions, (KL(p || m) + KL(q || m)) / 2 with
+    m = (p + q) / 2: frame._js's expression, given the logs (`buffer`, of their shape, may be overwritten:
+    it saves an allocation). Each KL term is a sum of p (log p - log m), accurate for nearby rows (the
+    difference of entropies H(m) - (H(p) + H(q)) / 2 loses about 1e-7 nats to rounding in float32)."""
+    log_m = torch.lerp(p, q, 0.5).clamp_min_(TINY).log_()
+    d = torch.sub(log_p, log_m, out=buffer) if buffer is not None else log_p - log_m
+    first = d.mul_(p).sum(-1)
+    return torch.sub(log_q, log_m, out=d).mul_(q).sum(-1).add_(first).mul_(0.5)
 
 
 def _as_bool(mask):
@@ -278,8 +302,10 @@ def group_stats(calls, prev=None):
         q, k, v, u = (torch.cat([c[i] for c in calls], 1) for i in range(4))
         masks = [c[4] for c in calls]
         if mask is not None and not (mask.shape[1] == 1 and all(m is mask for m in masks)):
-            mask = torch.cat([m.expand(m.shape[0], h, *m.shape[2:]) for m, h in zip(masks, heads)], 1)
+            mask = torch.cat([m.expand(m.shape[0], h, q.shape[2], k.shape[2]) for m, h in zip(masks, heads)], 1)
     step = max(1, CHUNK // (q.shape[1] * q.shape[2] * k.shape[2]))
+    if prev is not None and len(prev) != -(-q.shape[0] // step):
+        prev = None  # another batch size: no drift (each chunk's own shape could still agree)
     parts, states = [], []
     with torch.no_grad():
         for i, c in enumerate(range(0, q.shape[0], step)):
@@ -344,8 +370,8 @@ class Watcher:
         self.records, self.step_index, self.recording = [], -1, False
         self._mha_depth, self._calls, self._prev, self._handles, self._mode, self._names = 0, 0, {}, [], None, {}
         self._mha_calls = {}  # module -> (args, kwargs) of its call in progress
-        self._mode_on, self._step_handles, self._in_wrapper, self._pending = False, [], 0, []
-        self._queued = None  # the backward pass (graph task id) whose end runs the queued _flush
+        self._mode_on, self._step_handles, self._in_wrapper, self._token = False, [], 0, None
+        self._pending = {}  # graph task id -> the sites its backward pass has reached
 
     def __enter__(self):
         for name, mod in self.model.named_modules():
@@ -356,7 +382,7 @@ class Watcher:
         # model). What a recorded step needs is added for its forward and removed after it.
         self._handles = [self.model.register_forward_pre_hook(self._begin_step, prepend=True)]
         self._handles += self._mha_hooks(self.model)  # a root's own hooks added during its call would not run
-        self._handles.append(self.model.register_forward_hook(self._end_forward))
+        self._handles.append(self.model.register_forward_hook(self._end_forward, always_call=True))  # also when it raises
         self._mode = _SDPAMode(self)
         return self
 
@@ -377,6 +403,9 @@ class Watcher:
         """A grad-enabled forward of the model is a step. For a recorded step's forward only: the SDPA mode
         is pushed (a mode costs a Python call per torch function), F's SDPA attribute replaced, the
         nn.MultiheadAttention submodules hooked and the module paths looked up afresh."""
+        if torch._C._current_graph_task_id() != -1:
+            return  # a forward run by a backward pass (activation checkpointing's recomputation) is not a step
+        self._pending.clear()  # outside every backward pass, sites still pending are from passes that raised
         if torch.is_grad_enabled():
             self._end_forward()  # after a forward that raised
             self.step_index += 1
@@ -388,15 +417,15 @@ class Watcher:
                         self._step_handles += self._mha_hooks(sub)
                 self._prev_sdpa = F.scaled_dot_product_attention
                 F.scaled_dot_product_attention = self._wrapper()
-                self._mode.__enter__()
+                torch.overrides._push_mode(self._mode)
                 self._mode_on = True
 
     def _end_forward(self, *hook_args):
         if self._mode_on:
-            self._mode.__exit__(None, None, None)
             self._mode_on = False
+            _remove_mode(self._mode)
             if getattr(F.scaled_dot_product_attention, "_watcher", None) is self:
-                F.scaled_dot_product_attention = self._prev_sdpa
+                F.scaled_dot_product_attention = _live(self._prev_sdpa)
         for h in self._step_handles:
             h.remove()
         self._step_handles = []
@@ -408,10 +437,14 @@ class Watcher:
         sight (a mode does not see calls nested in a function it intercepted): the wrapper sees it there,
         with the heads' q, k, v as SDPA receives them, and u from SDPA's own output. It calls the function
         it replaced with the same arguments; the mode skips the call it makes, so nothing is seen twice."""
-        previous, owner = self._prev_sdpa, threading.get_ident()
+        previous, owner, token = self._prev_sdpa, threading.get_ident(), object()
+        self._token = token
+
+        def active():  # this recorded forward is still running (a wrapper left by another is passed through)
+            return self._mode_on and self._token is token
 
         def scaled_dot_product_attention(*args, **kwargs):
-            if threading.get_ident() != owner or not self._mode_on:
+            if threading.get_ident() != owner or not active():
                 return previous(*args, **kwargs)
             self._in_wrapper += 1
             try:
@@ -421,6 +454,7 @@ class Watcher:
             self._capture_sdpa(out, args, kwargs)
             return out
         scaled_dot_product_attention.__doc__, scaled_dot_product_attention._watcher = previous.__doc__, self
+        scaled_dot_product_attention._previous, scaled_dot_product_attention._active = previous, active
         return scaled_dot_product_attention
 
     def _site_name(self):
@@ -479,19 +513,26 @@ class Watcher:
         out.register_hook(lambda g: self._pend(site, step, q, k, v, to_u(g) if to_u else g, mask, scale, p))
 
     def _pend(self, *call):
-        """A site's u has arrived: evaluated with the others when this backward pass ends (_flush)."""
+        """A site's u has arrived: evaluated with the others when this backward pass ends (_flush). Sites are
+        kept per backward pass (graph task), so a backward run inside another (a custom Function's
+        backward calling autograd.grad) flushes only its own."""
         task = torch._C._current_graph_task_id()
-        if task != self._queued:  # the first site of this backward pass
-            self._pending = []  # any left are from a backward pass that raised before its end: dropped
-            torch.autograd.Variable._execution_engine.queue_callback(self._flush)
-            self._queued = task
-        self._pending.append(call)
+        if task not in self._pending:
+            self._pending[task] = []
+            torch.autograd.Variable._execution_engine.queue_callback(lambda: self._flush(task))
+        self._pending[task].append(call)
 
-    def _flush(self):
-        """Every site the backward reached, grouped (_group_key) and evaluated a group at a time: one pass of
-        the kernels and reductions per group instead of per site (with 2 sites per step on the demonstration
-        model, 0.4 ms of per-call cost saved per recorded step). Records keep the order the sites were reached."""
-        pending, self._pending, self._queued = self._pending, [], None
+    def _flush(self, task):
+        """The sites a backward pass reached, evaluated a step at a time in step order (a backward of losses
+        accumulated over several forwards reaches several steps), grouped (_group_key) and evaluated a group
+        at a time: one pass of the kernels and reductions per group instead of per site (with 2 sites per
+        step on the demonstration model, 0.4 ms of per-call cost saved per recorded step). Within a step,
+        records keep the order the sites were reached."""
+        pending = self._pending.pop(task, [])
+        for step in sorted({call[1] for call in pending}):
+            self._evaluate([call for call in pending if call[1] == step])
+
+    def _evaluate(self, pending):
         prepared = [(*_prepare(q, k, v, u.detach(), mask), scale) for _, _, q, k, v, u, mask, scale, _ in pending]
         groups = {}
         for i, call in enumerate(prepared):
