@@ -62,7 +62,7 @@ def benchmark(setup="demo", every=10, steps=20, repeats=15, min_seconds=0.0):
     block holds the same number of recorded steps) after one warm-up block each. Returns per-step seconds
     (medians), the median of the per-pair ratios and their lower and upper quartiles, the seconds entering and leaving the watcher take once
     (not in the ratio), the peak-RSS increase of a fresh process (MiB) and the MiB the watcher holds between
-    records (alpha, the rows' sum alpha log alpha, live rows and V per site, for drift). At least `repeats`
+    records (alpha, log alpha, live rows and V per site, for drift). At least `repeats`
     pairs of blocks are timed, more when that takes under `min_seconds` (fast steps are noisy: the median
     then has more pairs to steady it); the number timed is returned as `pairs`."""
     make = _setup(setup)
