@@ -572,7 +572,7 @@ def test_grouped_sites_whose_masks_broadcast_differently():
     x, memory = torch.randn(N, L, D, dtype=torch.float64), torch.randn(N, L, D, dtype=torch.float64)
     pad = torch.zeros(N, L, dtype=torch.bool)
     pad[0, -2:] = True
-    kw = dict(tgt_mask=nn.Transformer.generate_square_subsequent_mask(L, dtype=torch.float64), tgt_is_causal=True,
+    kw = dict(tgt_mask=~torch.ones(L, L, dtype=torch.bool).tril(), tgt_is_causal=True,  # bool, as the padding masks
               tgt_key_padding_mask=pad, memory_key_padding_mask=pad)
     records = []
     for grouped in (True, False):
