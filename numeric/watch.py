@@ -57,6 +57,7 @@ site, call, step, heads, dropout_p, and lists over heads of
   (resolved down to about 1e-8 nats in float32), and ||V - V_prev|| / ||V_prev||. None at a site's first
   record, and when its group (the sites evaluated with it), batch, shape, dtype or device differs from
   the previous record's. A backward pass of losses from several forwards evaluates their steps in order.
+A call with no sequence, query or key (an empty batch, L = 0 or S = 0) has None for every quantity.
 Half-precision (float16, bfloat16) calls are evaluated in float32. With dropout_p > 0 the watcher raises
 unless allow_dropout=True; then the numbers are those of the dropout-free alpha against the real u.
 `python -m numeric.watch_bench` measures the overhead.
@@ -205,6 +206,8 @@ def flat_batch(q, k, v, u, mask):
     return q, k, v, u, mask
 
 
+ENTRIES = ("entropy", "saturation", "adv_row_l1", "adv_max", "c9_slack", "resp_max", "resp_min", "dS_norm", "dV_norm",
+           "js", "v_change")  # a record's per-head lists (None: not measured)
 SUMS = ("live", "ent", "amax", "l1", "resp_max", "resp_min", "dS2", "dV2")  # per-head partial sums of a chunk
 DRIFT_SUMS = ("js", "js_live", "dv2", "v2")  # and with a previous record: JS over rows live in both, ||V - V_prev||^2, ||V_prev||^2
 ROW_MAX_MIN_REMAINDER = 8  # see _max_width
@@ -318,12 +321,6 @@ def group_stats(calls, prev=None):
     ends = [sum(heads[:i + 1]) for i in range(len(heads))]
     return [{key: x[end - h:end] if isinstance(x, list) else x for key, x in out.items()}
             for h, end in zip(heads, ends)], states
-
-
-def head_stats(q, k, v, u, mask, scale, prev=None):
-    """Per-head record entries (lists over heads) of one call alone, and its state for the next drift."""
-    (out,), state = group_stats([(*_prepare(q, k, v, u, mask), scale)], prev)
-    return out, state
 
 
 def _combine(parts, batch):
@@ -534,10 +531,12 @@ class Watcher:
 
     def _evaluate(self, pending):
         prepared = [(*_prepare(q, k, v, u.detach(), mask), scale) for _, _, q, k, v, u, mask, scale, _ in pending]
-        groups = {}
-        for i, call in enumerate(prepared):
-            groups.setdefault(_group_key(*call), []).append(i)
-        stats = [None] * len(pending)
+        groups, stats = {}, [None] * len(pending)
+        for i, (q, k, *_) in enumerate(prepared):
+            if 0 in (q.shape[0], q.shape[2], k.shape[2]):  # no sequence, query or key: nothing to measure
+                stats[i] = dict.fromkeys(ENTRIES)
+            else:
+                groups.setdefault(_group_key(*prepared[i]), []).append(i)
         for members in groups.values():
             sites = tuple(pending[i][0] for i in members)
             outs, state = group_stats([prepared[i] for i in members], self._prev.get(sites))
@@ -551,13 +550,13 @@ class Watcher:
             self.records.append(dict(site=site[0], call=site[1], step=step, heads=heads, dropout_p=p, **out))
 
     def summary(self):
-        """{'site#call': {quantity: mean over heads (c9_slack: min), from the site's last record}}."""
+        """{'site#call': {'step': ..., quantity: mean over heads (c9_slack: min; None when not measured), from
+        the site's last record}}."""
         out = {}
         for rec in self.records:
             key = f"{rec['site'] or '<root>'}#{rec['call']}"
-            out[key] = {name: (sum(x) / len(x) if x else None) if isinstance(x, list) else x
-                        for name, x in rec.items() if name not in ("site", "call", "heads", "dropout_p")}
-            out[key]["c9_slack"] = min(rec["c9_slack"])
+            out[key] = {"step": rec["step"], **{name: (min(x) if name == "c9_slack" else sum(x) / len(x)) if x else x
+                                                for name, x in ((n, rec[n]) for n in ENTRIES)}}
         return out
 
 

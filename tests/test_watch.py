@@ -7,6 +7,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
+from numeric.watch import ENTRIES as W_ENTRIES
 from numeric.watch import watch
 
 imported_sdpa = F.scaled_dot_product_attention  # bound at import, as `from ... import` binds it
@@ -692,3 +693,27 @@ def test_overlapping_recorded_forwards_see_each_call_once_and_restore_sdpa():
             loss_of(model()).backward()
     assert [r["step"] for r in w1.records] == [r["step"] for r in w2.records] == [1, 2]
     assert F.scaled_dot_product_attention is original and torch._C._len_torch_function_stack() == 0
+
+
+@pytest.mark.parametrize("n, L, S", [(0, 4, 5), (2, 0, 5), (2, 4, 0)])
+def test_an_empty_call_records_nothing_measured(n, L, S):
+    q = torch.randn(n, 2, L, 3, requires_grad=True)
+    k, v = (torch.randn(n, 2, S, 3, requires_grad=True) for _ in range(2))
+    model = Attend()
+    with watch(model) as w:
+        (model(q, k, v).sum() + q.sum() + k.sum() + v.sum()).backward()
+    (rec,) = w.records
+    assert rec["heads"] == 2 and all(rec[key] is None for key in W_ENTRIES)
+    assert w.summary()["<root>#0"] == {"step": 0, **dict.fromkeys(W_ENTRIES)}
+
+
+def test_summary_is_the_last_records_mean_over_heads():
+    model = Heads(6, 8)
+    with watch(model) as w:
+        for _ in range(2):
+            loss_of(model()).backward()
+    last = w.records[-1]
+    summary = w.summary()["<root>#0"]
+    assert set(summary) == {"step", *W_ENTRIES} and summary["step"] == 1
+    assert summary["entropy"] == pytest.approx(sum(last["entropy"]) / 3) and summary["c9_slack"] == min(last["c9_slack"])
+    assert set(last) == {"site", "call", "step", "heads", "dropout_p", *W_ENTRIES}
