@@ -178,7 +178,7 @@ class NumericStage:
 
         every = 10
         for setup in self.profile.watch_setups:
-            shape = WATCH_SETUPS[setup]
+            shape = watch_bench.SETUPS[setup][1]
             r = watch_bench.benchmark(setup, every=every, steps=20, repeats=self.profile.watch_repeats,
                                       min_seconds=self.profile.watch_min_seconds)
             self.results.benchmarks.append({
@@ -192,14 +192,6 @@ class NumericStage:
                      f"{r['step_watched_s'] * 1e3:.1f} ms, ratio {r['ratio']:.3f} (quartiles {r['ratio_quartiles'][0]:.3f}-"
                      f"{r['ratio_quartiles'][1]:.3f}, {r['pairs']} pairs); "
                      f"peak RSS +{r['peak_rss_increase_mib']:.1f} MiB")
-
-
-# The watcher's benchmark setups (numeric.watch_bench.SETUPS) and what they train.
-WATCH_SETUPS = {
-    "demo": {"model": "the demonstration experiment's 2-layer 4-head causal TransformerEncoder (numeric.experiments."
-                      "deep_watch)", "data": "sticky wind tunnel"},
-    "long": {"model": "2-layer 4-head causal TransformerEncoder", "d_model": 64, "batch": 16, "seq": 128},
-}
 
 
 def generated_module():

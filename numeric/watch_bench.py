@@ -29,7 +29,14 @@ from torch import nn
 
 from numeric.watch import watch
 
-SETUPS = {"demo": "numeric.experiments.deep_watch:benchmark_setup", "long": "numeric.watch_bench:long_setup"}
+# name -> (the function building it, `module:function`; what it trains, as results.json's benchmark `shape`)
+SETUPS = {
+    "demo": ("numeric.experiments.deep_watch:benchmark_setup",
+             {"model": "the demonstration experiment's 2-layer 4-head causal TransformerEncoder (numeric.experiments."
+                       "deep_watch)", "data": "sticky wind tunnel"}),
+    "long": ("numeric.watch_bench:long_setup",
+             {"model": "2-layer 4-head causal TransformerEncoder", "d_model": 64, "batch": 16, "seq": 128}),
+}
 
 
 def long_setup(seed=0):
@@ -51,7 +58,7 @@ def long_setup(seed=0):
 def _setup(name):
     if name not in SETUPS:
         raise ValueError(f"unknown benchmark setup {name!r}; choose from {', '.join(SETUPS)}")
-    module, function = SETUPS[name].split(":")
+    module, function = SETUPS[name][0].split(":")
     return getattr(importlib.import_module(module), function)
 
 
@@ -72,9 +79,7 @@ def benchmark(setup="demo", every=10, steps=20, repeats=15, min_seconds=0.0):
     if not min_seconds >= 0:
         raise ValueError(f"benchmark: min_seconds must be >= 0, got {min_seconds!r}")
     steps = -(-steps // every) * every
-    threads = torch.get_num_threads()
-    torch.set_num_threads(1)
-    try:
+    with _one_thread():
         runs = {False: make(), True: make()}
         t0 = time.perf_counter()
         with watch(runs[True][0], every=every):
@@ -85,23 +90,16 @@ def benchmark(setup="demo", every=10, steps=20, repeats=15, min_seconds=0.0):
         with watch(runs[True][0], every=every) as w:
             while len(times[False]) < pairs + 1:  # the first pair is a warm-up
                 for on, (model, step) in runs.items():
-                    t0 = time.perf_counter()
-                    for _ in range(steps):
-                        step(model)
-                    times[on].append((time.perf_counter() - t0) / steps)
+                    times[on].append(_block(model, step, steps))
                 if len(times[False]) == 2:  # one timed pair: how many fill min_seconds
                     pair_s = (times[False][1] + times[True][1]) * steps
                     pairs = max(repeats, math.ceil(min_seconds / pair_s)) if pair_s > 0 else repeats
-    finally:
-        torch.set_num_threads(threads)
     plain, watched = times[False][1:], times[True][1:]  # the first block is a warm-up
     held = sum(t.nbytes for states in w._prev.values() for state in states for t in state) / 2**20
     rss = _rss_pair(setup, every)
-    ratios = [b / a for a, b in zip(plain, watched)]
-    quartiles = statistics.quantiles(ratios, n=4) if len(ratios) > 1 else [ratios[0]] * 3
+    ratio, quartiles = _ratios(plain, watched)
     return dict(setup=setup, pairs=len(plain), steps_per_block=steps, step_s=statistics.median(plain),
-                step_watched_s=statistics.median(watched), ratio=statistics.median(ratios),
-                ratio_quartiles=[quartiles[0], quartiles[2]],
+                step_watched_s=statistics.median(watched), ratio=ratio, ratio_quartiles=quartiles,
                 enter_exit_s=enter_exit_s, peak_rss_mib=rss[0], peak_rss_increase_mib=rss[1] - rss[0], held_mib=held)
 
 
@@ -112,9 +110,7 @@ def unrecorded(setup="demo", steps=20, repeats=40):
     for name, value in (("steps", steps), ("repeats", repeats)):
         if not isinstance(value, int) or isinstance(value, bool) or value < 2:
             raise ValueError(f"unrecorded: {name} must be an int >= 2, got {value!r}")
-    threads = torch.get_num_threads()
-    torch.set_num_threads(1)
-    try:
+    with _one_thread():
         model, step = _setup(setup)()
         w = watch(model, every=10**9)
         with w:
@@ -123,20 +119,39 @@ def unrecorded(setup="demo", steps=20, repeats=40):
         times = {False: [], True: []}
         for _ in range(repeats + 1):  # the first pair is a warm-up
             for on in (False, True):
-                t0 = time.perf_counter()
                 with w if on else contextlib.nullcontext():
-                    for _ in range(steps):
-                        step(model)
-                times[on].append((time.perf_counter() - t0) / steps)
-    finally:
-        torch.set_num_threads(threads)
+                    times[on].append(_block(model, step, steps))
     if not first or len(w.records) != first:
         raise RuntimeError(f"unrecorded: {first} records at step 0 and {len(w.records) - first} after it; expected some, then none")
-    ratios = [b / a for a, b in zip(times[False][1:], times[True][1:])]
-    q = statistics.quantiles(ratios, n=4)
-    return dict(setup=setup, pairs=repeats, step_s=statistics.median(times[False][1:]),
-                step_unrecorded_s=statistics.median(times[True][1:]), ratio=statistics.median(ratios),
-                ratio_quartiles=[q[0], q[2]], records=len(w.records))
+    plain, watched = times[False][1:], times[True][1:]
+    ratio, quartiles = _ratios(plain, watched)
+    return dict(setup=setup, pairs=repeats, step_s=statistics.median(plain), step_unrecorded_s=statistics.median(watched),
+                ratio=ratio, ratio_quartiles=quartiles, records=len(w.records))
+
+
+@contextlib.contextmanager
+def _one_thread():
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)
+    try:
+        yield
+    finally:
+        torch.set_num_threads(threads)
+
+
+def _block(model, step, steps):
+    """Seconds per step over `steps` training steps."""
+    t0 = time.perf_counter()
+    for _ in range(steps):
+        step(model)
+    return (time.perf_counter() - t0) / steps
+
+
+def _ratios(plain, other):
+    """The median of the per-pair ratios other / plain, and their lower and upper quartiles."""
+    ratios = [b / a for a, b in zip(plain, other)]
+    q = statistics.quantiles(ratios, n=4) if len(ratios) > 1 else [ratios[0]] * 3
+    return statistics.median(ratios), [q[0], q[2]]
 
 
 def _rss_pair(setup, every):
