@@ -7,12 +7,13 @@
 
 A step is one call of `model.forward` made with grad enabled, outside a backward pass (so one forward
 per backward, as in an ordinary training loop; activation checkpointing's recomputation is not a
-step); steps are numbered from 0 and steps 0, K, 2K, ... are recorded. On a recorded step every
-attention call site is captured at the call: q, k, v, the mask and the scale, and a hook on
-the attention output receives u = dL/do from the real backward pass. From (q, k, v, u, mask, scale) the
-generated kernels (numeric.api.attention_routing: attention_backward without dQ and dK) give alpha,
-B = u v^T, the advantage A = dL/dS (C1) and dL/dV (C2), so the recorded numbers are the proved closed
-forms on the model's own tensors.
+step); steps are numbered from 0 and steps 0, K, 2K, ... are recorded, and any step after a call of
+`w.record_next()` (with every=None, only those). On a recorded step every attention call site is
+captured at the call: q, k, v, the mask and the scale, and a hook on the attention output receives
+u = dL/do from the real backward pass. From (q, k, v, u, mask, scale) the generated kernels
+(numeric.api.attention_routing: attention_backward without dQ and dK) give alpha, B = u v^T, the
+advantage A = dL/dS (C1) and dL/dV (C2), so the recorded numbers are the proved closed forms on the
+model's own tensors.
 
 Sites:
 - torch.nn.functional.scaled_dot_product_attention (SDPA) is intercepted by a TorchFunctionMode, pushed
@@ -361,14 +362,15 @@ class Watcher:
     def __init__(self, model, every=1, allow_dropout=False):
         if not isinstance(model, nn.Module):
             raise TypeError(f"watch needs an nn.Module, got {type(model).__name__}")
-        if not isinstance(every, int) or isinstance(every, bool) or every < 1:
-            raise ValueError(f"every must be a positive int, got {every!r}")
+        if every is not None and (not isinstance(every, int) or isinstance(every, bool) or every < 1):
+            raise ValueError(f"every must be a positive int or None (record only after record_next()), got {every!r}")
         self.model, self.every, self.allow_dropout = model, every, allow_dropout
         self.records, self.step_index, self.recording = [], -1, False
         self._mha_depth, self._calls, self._prev, self._handles, self._mode, self._names = 0, 0, {}, [], None, {}
         self._mha_calls = {}  # module -> (args, kwargs) of its call in progress
         self._mode_on, self._step_handles, self._in_wrapper, self._token = False, [], 0, None
         self._pending = {}  # graph task id -> the sites its backward pass has reached
+        self._next = False  # record_next() was called
 
     def __enter__(self):
         for name, mod in self.model.named_modules():
@@ -406,7 +408,8 @@ class Watcher:
         if torch.is_grad_enabled():
             self._end_forward()  # after a forward that raised
             self.step_index += 1
-            self.recording, self._calls, self._mha_depth = self.step_index % self.every == 0, 0, 0
+            due = self.every is not None and self.step_index % self.every == 0
+            self.recording, self._next, self._calls, self._mha_depth = due or self._next, False, 0, 0
             if self.recording:
                 self._names = {id(sub): (name, sub) for name, sub in self.model.named_modules()}
                 for _, sub in self._names.values():
@@ -416,6 +419,10 @@ class Watcher:
                 F.scaled_dot_product_attention = self._wrapper()
                 torch.overrides._push_mode(self._mode)
                 self._mode_on = True
+
+    def record_next(self):
+        """Record the next step whatever `every` says (with every=None, the only steps recorded)."""
+        self._next = True
 
     def _end_forward(self, *hook_args):
         if self._mode_on:
@@ -561,5 +568,6 @@ class Watcher:
 
 
 def watch(model, every=1, *, allow_dropout=False):
-    """A context manager recording attention statistics of `model` every `every` steps (see the module docstring)."""
+    """A context manager recording attention statistics of `model` every `every` steps, and after
+    `record_next()` (every=None: only then; see the module docstring)."""
     return Watcher(model, every, allow_dropout)

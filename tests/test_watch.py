@@ -717,3 +717,22 @@ def test_summary_is_the_last_records_mean_over_heads():
     assert set(summary) == {"step", *W_ENTRIES} and summary["step"] == 1
     assert summary["entropy"] == pytest.approx(sum(last["entropy"]) / 3) and summary["c9_slack"] == min(last["c9_slack"])
     assert set(last) == {"site", "call", "step", "heads", "dropout_p", *W_ENTRIES}
+
+
+def test_record_next_records_exactly_the_steps_asked_for():
+    model = Heads(6, 8)
+    with watch(model, every=None) as w:
+        for step in range(6):
+            if step in (2, 3, 5):
+                w.record_next()
+            loss_of(model()).backward()
+    assert [r["step"] for r in w.records] == [2, 3, 5]
+    assert w.records[0]["js"] is None and w.records[1]["js"] is not None
+    with watch(model, every=4) as w:
+        for step in range(6):
+            if step == 1:
+                w.record_next()
+            loss_of(model()).backward()
+    assert [r["step"] for r in w.records] == [0, 1, 4]
+    with pytest.raises(ValueError, match="positive int or None"):
+        watch(model, every=0)

@@ -24,7 +24,7 @@ less sticky than E5's (prior 0.5, sticky 1 rather than 1, 4), so that the in-con
 Watching: numeric.watch records every attention layer on a fixed probe batch (held out, the same for
 every seed and optimizer) every `every` training steps: a probe pass (forward and backward on the
 probe, no optimizer step, gradients discarded) precedes each block of `every` training steps and
-follows the last, and the watcher counts it as its recorded step (watch(model, every=every + 1)).
+follows the last, and only the probe passes are recorded (watch(model, every=None), record_next()).
 The same inputs at every record make the drift between records a change of the model alone:
 `js` (Jensen-Shannon divergence of attention rows) for routing and `v_change` (relative change of V)
 for the values. KL to the Bayes predictive (bits) is measured on held-out sequences at
@@ -187,9 +187,10 @@ def train(cfg, name, init, batches, probe, evaluation, device="cpu", progress=No
     y_eval, bayes = evaluation
     ckpt, kl, losses = cfg.checkpoint_steps(), [], []
     probe = probe.to(device)
-    with watch(model, every=cfg.every + 1) as w:
+    with watch(model, every=None) as w:
         for step in range(cfg.steps + 1):
             if step % cfg.every == 0:
+                w.record_next()
                 _probe(model, probe)
             if step in ckpt:
                 kl.append(kl_to_bayes_bits(model, y_eval, bayes))
