@@ -10,6 +10,7 @@ from numeric.generated import attention as gen
 
 HALF = (torch.float16, torch.bfloat16)
 NEG_INF = float("-inf")
+QKV = ("q", "k", "v")
 
 
 class AttentionGrads(NamedTuple):
@@ -55,24 +56,22 @@ class LossGrads(NamedTuple):
     dW_O: torch.Tensor
 
 
-def _check_qkvu(q, k, v, u, mask, scale):
-    for name, x in (("q", q), ("k", k), ("v", v), ("u", u)):
-        validate.tensor(name, x)
-    validate.same_dtype_device([("q", q), ("k", k), ("v", v), ("u", u)])
-    n_q, d_k = q.shape[-2], q.shape[-1]
-    validate.dims("k", k, cols=d_k, cols_name="d_k")
-    n_k = k.shape[-2]
-    validate.dims("v", v, rows=n_k)
-    batch_qk = validate.broadcast_batch([("q", q), ("k", k)])
+def _check_qkvu(q, k, v, u, mask, scale, values=True):
+    """The checks every entry point runs (metadata: ranks, dtypes, devices, shapes, mask, scale) and, with
+    values=True, the ones that read the data (NaN/Inf in the inputs, NaN/+inf in a float mask)."""
+    c = validate.attention_inputs(q, k, v, mask, scale, names=QKV, sizes=("d_k", "n"))
+    validate.tensor("u", u)
+    validate.same_dtype_device([("q", q), ("u", u)])
     batch = validate.broadcast_batch([("q", q), ("k", k), ("v", v)])
-    validate.dims("u", u, rows=n_q, cols=v.shape[-1], cols_name="d_v")
+    validate.dims("u", u, rows=q.shape[-2], cols=v.shape[-1], cols_name="d_v")
     if tuple(u.shape[:-2]) != batch:
         raise ValueError(f"u has batch dims {tuple(u.shape[:-2])}, expected {batch} (shape {tuple(u.shape)}): "
                          f"u = dL/do has the output's shape, the broadcast batch dims of q, k, v + (L, d_v)")
-    for name, x in (("q", q), ("k", k), ("v", v), ("u", u)):
-        validate.finite(name, x)
-    validate.mask(mask, batch_qk + (n_q, n_k), q.dtype, q.device)
-    return validate.scale(scale, d_k)
+    if values:
+        for name, x in (("q", q), ("k", k), ("v", v), ("u", u)):
+            validate.finite(name, x)
+        validate.mask_values(mask)
+    return c
 
 
 def attention_backward(q, k, v, u, *, mask=None, scale=None, validate_inputs=True) -> AttentionGrads:
@@ -85,10 +84,11 @@ def attention_backward(q, k, v, u, *, mask=None, scale=None, validate_inputs=Tru
     1/sqrt(E). u has the output's shape. alpha has the score shape, dQ/dK/dV the shapes of q/k/v
     (summed over broadcast dims, as autograd). With inputs that require grad (and grad mode on) the
     result is differentiable: autograd differentiates the closed forms (second derivatives).
-    validate_inputs=False skips the checks in hot loops. float16/bfloat16 inputs are computed in
-    float32 and rounded once to the input dtype.
+    validate_inputs=False skips the checks that read the data (NaN/Inf) in hot loops; the shape, dtype,
+    device, mask and scale checks always run (they read metadata only). float16/bfloat16 inputs are
+    computed in float32 and rounded once to the input dtype.
     """
-    c = _check_qkvu(q, k, v, u, mask, scale) if validate_inputs else default_scale(scale, q)
+    c = _check_qkvu(q, k, v, u, mask, scale, validate_inputs)
     if q.dtype in HALF:  # compute in float32, round once at the end (as torch's fused kernels do inside)
         m = mask.float() if _is_additive(mask, q.dtype) else mask
         out = attention_backward(*(t.float() for t in (q, k, v, u)), mask=m, scale=c, validate_inputs=False)
@@ -107,7 +107,7 @@ def attention_backward(q, k, v, u, *, mask=None, scale=None, validate_inputs=Tru
 def attention_routing(q, k, v, u, *, mask=None, scale=None, validate_inputs=True) -> AttentionRouting:
     """alpha, B, A = dS (C1) and dV (C2) exactly as attention_backward returns them, without computing dQ and
     dK (numeric.watch reads only these). Same inputs and conventions as attention_backward."""
-    c = _check_qkvu(q, k, v, u, mask, scale) if validate_inputs else default_scale(scale, q)
+    c = _check_qkvu(q, k, v, u, mask, scale, validate_inputs)
     if q.dtype in HALF:
         m = mask.float() if _is_additive(mask, q.dtype) else mask
         out = attention_routing(*(t.float() for t in (q, k, v, u)), mask=m, scale=c, validate_inputs=False)
@@ -125,9 +125,19 @@ def attention_routing(q, k, v, u, *, mask=None, scale=None, validate_inputs=True
 
 
 def attention_forward(q, k, v, *, mask=None, scale=None):
-    """alpha and o = alpha v (no validation: used by the module and benchmarks). The generated kernel
-    when no graph is recorded; with inputs that require grad, a differentiable forward (no in-place)."""
-    c = default_scale(scale, q)
+    """alpha and o = alpha v, SDPA's checks first (metadata only). The generated kernel when no graph is
+    recorded; with inputs that require grad, a differentiable forward (no in-place). float16/bfloat16
+    are computed in float32 and rounded once."""
+    c = validate.attention_inputs(q, k, v, mask, scale, names=QKV, sizes=("d_k", "n"))
+    if q.dtype in HALF:
+        alpha, o = forward_kernel(q.float(), k.float(), v.float(), _float_mask(mask), c)
+        return alpha.to(q.dtype), o.to(q.dtype)
+    return forward_kernel(q, k, v, mask, c)
+
+
+def forward_kernel(q, k, v, mask, c):
+    """alpha and o for validated inputs of one dtype (no rounding): generated kernels, or differentiable ops
+    when autograd records the call."""
     graph = _needs_graph(q, k, v, mask)
     if graph or _is_additive(mask, q.dtype):
         alpha = scores_softmax(q, k, mask, c, inplace=not graph)
@@ -135,10 +145,16 @@ def attention_forward(q, k, v, *, mask=None, scale=None):
     return gen.attention_forward_unmasked(q, k, v, c) if mask is None else gen.attention_forward_masked(q, k, v, mask, c)
 
 
+def _float_mask(mask):
+    """A half-precision additive mask in float32 (the computation's dtype); None and bool masks as they are."""
+    return mask.float() if mask is not None and mask.dtype in HALF else mask
+
+
 def scores_softmax(q, k, mask, c, *, inplace=False):
     """alpha = softmax(c q k^T + mask) over keys, SDPA's semantics: a bool mask blocks False, a float
     mask is added (-inf blocks); a row with every key blocked is 0. inplace=False uses no in-place op,
-    so the result is differentiable to any order; inplace=True reuses the score buffer (no graph)."""
+    so the result is differentiable to any order; inplace=True reuses the score buffer (no graph).
+    No value is read on the host except on a plain CPU tensor (see gen.host_readable)."""
     s = q @ (c * k).mT  # the generated kernels' expression for the scores
     if mask is None:
         return torch.softmax(s, -1)
@@ -149,7 +165,7 @@ def scores_softmax(q, k, mask, c, *, inplace=False):
         m = mask.to(s.dtype)
         s = s.add_(m) if inplace else s + m
         dead = torch.isneginf(mask).all(-1, keepdim=True)
-    if not bool(dead.any()):
+    if gen.host_readable(dead) and not bool(dead.any()):
         return torch.softmax(s, -1)
     if inplace:
         return torch.softmax(s.masked_fill_(dead, 0.0), -1).masked_fill_(dead, 0.0)
@@ -179,10 +195,11 @@ def attention_loss_backward(x, w_q, w_k, w_v, w_o, targets, *, mask=None, scale=
 
 
 def default_scale(scale, q):
-    """The scale as given (0 and negative included), or 1/sqrt(d_k) when None (unvalidated: the hot-loop path)."""
+    """The scale as given (0 and negative included; a 0-d tensor stays a tensor, unread), or 1/sqrt(d_k)
+    when None (unvalidated: the hot-loop path)."""
     if scale is None:
         return validate.default_scale(q.shape[-1])
-    return float(scale.detach()) if torch.is_tensor(scale) else float(scale)
+    return scale.detach() if torch.is_tensor(scale) else float(scale)
 
 
 def sum_to(t, shape):

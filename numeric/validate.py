@@ -98,12 +98,19 @@ def mask(m, score_shape, dtype, device, *, values=True):
     if not fits:
         raise ValueError(f"mask of shape {tuple(m.shape)} does not broadcast to the score shape (..., L, S) = "
                          f"{score_shape}: each mask dim must equal the score dim or be 1, with no extra leading dims")
-    if values and m.dtype != torch.bool:
-        for bad, test in (("NaN", torch.isnan), ("+inf", torch.isposinf)):
-            if bool(test(m).any()):
-                raise ValueError(f"mask contains {bad} (shape {tuple(m.shape)}): a float mask is added to the "
-                                 f"scores and must hold finite values or -inf (blocked)")
+    if values:
+        mask_values(m)
     return m
+
+
+def mask_values(m):
+    """A float mask holds finite values or -inf (blocked): NaN and +inf are refused (this reads the data)."""
+    if m is None or m.dtype == torch.bool:
+        return
+    for bad, test in (("NaN", torch.isnan), ("+inf", torch.isposinf)):
+        if bool(test(m).any()):
+            raise ValueError(f"mask contains {bad} (shape {tuple(m.shape)}): a float mask is added to the "
+                             f"scores and must hold finite values or -inf (blocked)")
 
 
 def default_scale(d_k):
@@ -129,3 +136,61 @@ def scale(s, d_k):
     if not math.isfinite(value):
         raise ValueError(f"scale must be finite, got {value!r}")
     return value
+
+
+
+def attention_inputs(query, key, value, attn_mask=None, scale=None, *, enable_gqa=False, is_causal=False,
+                     names=("query", "key", "value"), sizes=("E", "S")):
+    """SDPA's checks, run by every entry point, from metadata alone (no value is read, so it runs under
+    torch.compile, torch.func and on the meta device): ranks >= 2, one floating dtype, one device, E of q
+    and k equal, S of k and v equal, batch dims that broadcast (heads that divide under enable_gqa), a
+    bool/float mask that broadcasts to the scores, not both a mask and is_causal. Returns the scale:
+    a float, or a 0-d tensor kept as a tensor (detached: a constant, as in SDPA). names and sizes: what
+    errors call the tensors and the sizes E and S."""
+    named = list(zip(names, (query, key, value)))
+    for name, x in named:
+        tensor(name, x)
+    same_dtype_device(named)
+    dims(names[1], key, cols=query.shape[-1], cols_name=sizes[0])
+    dims(names[2], value, rows=key.shape[-2], rows_name=sizes[1])
+    if enable_gqa and query.dim() >= 3:
+        heads(query, key, value)
+        named = [(name, _Shape(x.shape[:-3] + (query.shape[-3],) + x.shape[-2:])) for name, x in named]
+    batch_qk = broadcast_batch(named[:2])
+    broadcast_batch(named)
+    if is_causal and attn_mask is not None:
+        raise ValueError("attn_mask and is_causal=True were both given: pass one (is_causal is the mask "
+                         "j <= i, aligned to the top left when L != S), as in scaled_dot_product_attention")
+    mask(attn_mask, batch_qk + (query.shape[-2], key.shape[-2]), query.dtype, query.device, values=False)
+    c = _scale_of(scale, query.shape[-1])
+    if torch.is_tensor(c) and c.device != query.device and c.device.type != "cpu":
+        raise ValueError(f"scale is a tensor on {c.device} but the inputs are on {query.device}")
+    return c
+
+
+def heads(query, key, value):
+    """enable_gqa: the head dim (-3) of key and of value divides the query's, as in SDPA."""
+    hq = query.shape[-3]
+    for name, x in (("key", key), ("value", value)):
+        if x.dim() < 3 or x.shape[-3] == 0 or hq % x.shape[-3]:
+            h = x.shape[-3] if x.dim() >= 3 else None
+            raise ValueError(f"enable_gqa=True: {name} has {h} heads (dim -3, shape {tuple(x.shape)}), which must "
+                             f"divide the query's {hq} heads (shape {tuple(query.shape)})")
+
+
+class _Shape:
+    """A shape standing in for a tensor in broadcast_batch (key and value as repeated under GQA)."""
+
+    def __init__(self, shape):
+        self.shape = tuple(shape)
+
+
+def _scale_of(s, d_k):
+    """scale(), except that a 0-d real tensor is kept as a tensor, detached and unread (reading it would
+    sync a device or break tracing); a real dtype is required."""
+    if not torch.is_tensor(s):
+        return scale(s, d_k)
+    if s.dim() != 0 or s.dtype == torch.bool or s.is_complex():
+        raise TypeError(f"scale must be a real number or a 0-d real tensor, got a {s.dtype} tensor of "
+                        f"shape {tuple(s.shape)}")
+    return s.detach() if s.dtype.is_floating_point else s.detach().double()

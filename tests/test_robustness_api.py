@@ -127,7 +127,7 @@ def _penalty_step(head, x, target, mask, lam, ref):
                                                        else m.masked_fill(~causal(x.shape[-2]), -INF))
         o = sdpa(q, k, v, m, head.scale)
     else:
-        o = head(x, mask)
+        o = head(x, mask=mask)
     loss = ((o - target) ** 2).sum()
     (gx,) = torch.autograd.grad(loss, x, create_graph=True)
     total = loss + lam * (gx ** 2).sum()
@@ -220,10 +220,10 @@ def test_float_mask_is_additive_in_the_module(causal_):
     m = float_mask()
     q, k, v = (x @ w for w in (head.w_q, head.w_k, head.w_v))
     ref_mask = m.masked_fill(~causal(5), -INF) if causal_ else m
-    assert rel_error(head(x, m).detach(), sdpa(q, k, v, ref_mask, head.scale).detach()) <= 1e-12
+    assert rel_error(head(x, mask=m).detach(), sdpa(q, k, v, ref_mask, head.scale).detach()) <= 1e-12
     bool_mask = ~torch.isneginf(m)  # the same blocking as a bool mask, without the finite bias
     want = sdpa(q, k, v, bool_mask & causal(5) if causal_ else bool_mask, head.scale)
-    assert rel_error(head(x, additive(bool_mask)).detach(), want.detach()) <= 1e-12
+    assert rel_error(head(x, mask=additive(bool_mask)).detach(), want.detach()) <= 1e-12
 
 
 def test_float_mask_in_the_api_matches_sdpa_and_its_gradient():
@@ -273,7 +273,7 @@ def test_module_scale_and_causal_with_masks():
         head = GeneratedAttention(4, 3, 2, causal=True, scale=scale).double()
         q, k, v = (x @ w for w in (head.w_q, head.w_k, head.w_v))
         want = sdpa(q, k, v, dead_row_mask() & causal(5), None if scale is None else float(scale))
-        assert rel_error(head(x, dead_row_mask()).detach(), want.detach()) <= 1e-12
+        assert rel_error(head(x, mask=dead_row_mask()).detach(), want.detach()) <= 1e-12
     with pytest.raises(TypeError, match="scale must be a real number"):
         GeneratedAttention(4, 3, 2, scale="0.5")
     with pytest.raises(ValueError, match="scale must be finite"):
@@ -348,11 +348,11 @@ def test_bad_masks_are_named_by_the_module():
     head = GeneratedAttention(3, 2, 2).double()
     x = torch.randn(2, 4, 3, dtype=F64)
     with pytest.raises(ValueError, match=r"mask of shape \(3, 2, 4, 4\) does not broadcast to the score shape .* = \(2, 4, 4\)"):
-        head(x, torch.ones(3, 2, 4, 4, dtype=torch.bool))
+        head(x, mask=torch.ones(3, 2, 4, 4, dtype=torch.bool))
     with pytest.raises(TypeError, match=r"got dtype torch.uint8 \(shape \(4, 4\)\)"):
-        head(x, torch.ones(4, 4, dtype=torch.uint8))
+        head(x, mask=torch.ones(4, 4, dtype=torch.uint8))
     with pytest.raises(TypeError, match="a float mask must be float32 or the inputs' dtype torch.float64"):
-        head(x, torch.zeros(4, 4, dtype=torch.bfloat16))
+        head(x, mask=torch.zeros(4, 4, dtype=torch.bfloat16))
 
 
 @pytest.mark.parametrize("value,name", [(float("nan"), "NaN"), (INF, r"\+inf")])
@@ -545,7 +545,7 @@ def _module_matches_sdpa(rng, g, dtype=F64):
     t = torch.randn(o_ref.shape, generator=g, dtype=F64)
     (o_ref * t).sum().backward()
     xo = leaves(x)[0]
-    o = head(xo, mask)
+    o = head(xo, mask=mask)
     (o * t.to(dtype)).sum().backward()
     # gradients relative to the largest gradient entry of the head (x and the three weights): a weight
     # whose gradient is 0 up to rounding (one allowed key per row: dS = 0) is compared at that scale

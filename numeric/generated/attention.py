@@ -11,6 +11,13 @@ def _recip(x):
     return torch.where(x == 0, torch.zeros_like(x), 1 / x)
 
 
+def host_readable(t):
+    """Whether t's values may be read on the host for free: a plain CPU tensor, outside torch.compile and
+    torch.func transforms (where a read is a graph break or an error); the meta device has no values."""
+    return (t.device.type == "cpu" and not torch.compiler.is_compiling()
+            and not torch._C._functorch.is_functorch_wrapped_tensor(t))
+
+
 def _softmax(x, mask, dim, inplace=False):
     """The softmax pattern M e^x / sum M e^x, max-shifted (torch.softmax); fully masked rows give 0."""
     if mask is None:
@@ -19,9 +26,9 @@ def _softmax(x, mask, dim, inplace=False):
     x = x.masked_fill_(~allowed, float("-inf")) if inplace else x.masked_fill(~allowed, float("-inf"))
     out = torch.softmax(x, dim)
     live = allowed.any(dim, keepdim=True)  # a row with nothing to attend to gives 0/0: set to 0 below
-    if allowed.device.type == "cpu" and bool(live.all()):  # on the CPU a read is free and spares a pass
+    if host_readable(live) and bool(live.all()):  # on the CPU a read is free and spares a pass
         return out
-    return out.masked_fill_(~live, 0.0)  # elsewhere the mask alone decides: the device is never read
+    return out.masked_fill_(~live, 0.0)  # elsewhere the mask alone decides: the data is never read
 
 
 def _softmax_(x, mask, dim):
