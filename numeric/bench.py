@@ -22,8 +22,8 @@ import torch
 
 from numeric.api import attention_backward
 from numeric.device import synchronize
-from numeric.module import AttentionCore
 from numeric.reference import causal_mask
+from numeric.sdpa import scaled_dot_product_attention
 
 SIZES = {"default": (64, 256, 1024), "quick": (64, 256), "gpu": (1024, 2048, 4096)}
 REPEATS = {"default": {64: 60, 256: 20, 1024: 7}, "quick": {64: 20, 256: 5}, "gpu": {1024: 50, 2048: 30, 4096: 20}}
@@ -58,8 +58,9 @@ def _inputs(batch, n, d, device, dtype, seed=0):
 
 
 def run_ours(q, k, v, u, mask, scale):
+    """The drop-in numeric.sdpa.scaled_dot_product_attention: generated forward and backward kernels."""
     q, k, v = (t.detach().requires_grad_(True) for t in (q, k, v))
-    AttentionCore.apply(q, k, v, mask, scale).backward(u)
+    scaled_dot_product_attention(q, k, v, is_causal=mask is not None, scale=scale).backward(u)
     return q.grad, k.grad, v.grad
 
 

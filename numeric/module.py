@@ -12,7 +12,7 @@ import torch
 from torch import nn
 
 from numeric import validate
-from numeric.api import HALF, _float_mask, attention_forward, default_scale, forward_kernel, scores_softmax, sum_batch, sum_to
+from numeric.api import HALF, _float_mask, forward_kernel, scores_softmax, sum_batch, sum_to
 from numeric.generated import attention as gen
 from numeric.reference import causal_mask
 
@@ -42,21 +42,21 @@ class Attention(torch.autograd.Function):
     generate_vmap_rule = True
 
     @staticmethod
-    def forward(q, k, v, mask, scale):
-        alpha, o = forward_kernel(*_wide(q, k, v, mask), scale)
+    def forward(q, k, v, mask, scale, heads=None):
+        alpha, o = forward_kernel(*_wide(q, k, v, mask, heads), scale)
         return o.to(q.dtype), alpha
 
     @staticmethod
     def setup_context(ctx, inputs, output):
-        q, k, v, mask, scale = inputs
-        ctx.scale = scale
+        q, k, v, mask, scale, *heads = inputs
+        ctx.scale, ctx.heads = scale, (heads or [None])[0]
         ctx.mark_non_differentiable(output[1])
         ctx.save_for_backward(q, k, v, mask, output[1])
         ctx.save_for_forward(q, k, v, mask, output[1])
 
     @staticmethod
     def backward(ctx, grad_o, *_grad_alpha):  # alpha is not differentiable (functorch passes nothing for it)
-        return _vjp(ctx, *ctx.saved_tensors, grad_o)
+        return *_vjp(ctx, *ctx.saved_tensors, grad_o), None
 
 
 class AttentionJvp(Attention):
@@ -64,7 +64,7 @@ class AttentionJvp(Attention):
     break), so compiled code calls Attention and everything else this one."""
 
     @staticmethod
-    def jvp(ctx, dq, dk, dv, dmask, _dscale):
+    def jvp(ctx, dq, dk, dv, dmask, _dscale, _dheads=None):
         return _jvp(ctx, *ctx.saved_tensors, dq, dk, dv, dmask)[0], None
 
 
@@ -87,7 +87,7 @@ class AttentionCore(torch.autograd.Function):
     @staticmethod
     def setup_context(ctx, inputs, output):
         q, k, v, mask, scale = inputs
-        ctx.scale = validate.attention_inputs(q, k, v, mask, scale, names=QKV)
+        ctx.scale, ctx.heads = validate.attention_inputs(q, k, v, mask, scale, names=QKV), None
         ctx.save_for_backward(q, k, v, mask)
         ctx.save_for_forward(q, k, v, mask)
 
@@ -114,10 +114,11 @@ def _alpha(q, k, mask, c):
 
 def _vjp(ctx, q, k, v, mask, alpha, grad_o):
     """dq, dk, dv, dmask from the generated closed forms, computed in alpha's dtype and rounded once."""
-    wq, wk, wv, wm = _wide(q, k, v, mask)
+    wq, wk, wv, wm = _wide(q, k, v, mask, ctx.heads)
     need_mask = ctx.needs_input_grad[3]
     dQ, dK, dV, dS = _grads(wq, wk, wv, alpha, alpha @ wv, grad_o.to(alpha.dtype), ctx.scale, wm, need_mask)
     dM = _mask_grad(dS, mask, need_mask)
+    dK, dV = _fold_heads(dK, k, ctx.heads), _fold_heads(dV, v, ctx.heads)  # summed in the wide dtype
     return (sum_to(dQ, q.shape).to(q.dtype), sum_to(dK, k.shape).to(k.dtype), sum_to(dV, v.shape).to(v.dtype),
             None if dM is None else dM.to(mask.dtype), None)
 
@@ -125,24 +126,39 @@ def _vjp(ctx, q, k, v, mask, alpha, grad_o):
 def _jvp(ctx, q, k, v, mask, alpha, dq, dk, dv, dmask):
     """The forward's tangent: do = dalpha v + alpha dv, dalpha = alpha (ds - sum_j alpha ds) with
     ds = c (dq k^T + q dk^T) + dmask (softmax's Jacobian; blocked entries have alpha = 0)."""
-    wq, wk, wv, _ = _wide(q, k, v, None)
+    wq, wk, wv, _ = _wide(q, k, v, None, ctx.heads)
     ds = torch.zeros_like(alpha)
     if dq is not None:
         ds = ds + dq.to(alpha.dtype) @ (ctx.scale * wk).mT
     if dk is not None:
-        ds = ds + wq @ (ctx.scale * dk.to(alpha.dtype)).mT
+        ds = ds + wq @ (ctx.scale * _repeat_heads(dk.to(alpha.dtype), ctx.heads)).mT
     if dmask is not None:
         ds = ds + dmask.to(alpha.dtype)
     d_alpha = alpha * (ds - (alpha * ds).sum(-1, keepdim=True))
-    do = d_alpha @ wv if dv is None else d_alpha @ wv + alpha @ dv.to(alpha.dtype)
+    do = d_alpha @ wv if dv is None else d_alpha @ wv + alpha @ _repeat_heads(dv.to(alpha.dtype), ctx.heads)
     return do.to(q.dtype), d_alpha
 
 
-def _wide(q, k, v, mask):
-    """float16/bfloat16 inputs (and a half additive mask) in float32, the dtype the kernels compute in."""
-    if q.dtype not in HALF:
-        return q, k, v, mask
-    return q.float(), k.float(), v.float(), _float_mask(mask)
+def _wide(q, k, v, mask, heads=None):
+    """float16/bfloat16 inputs (and a half additive mask) in float32, the dtype the kernels compute in; under
+    grouped-query attention (heads: the query's head count) key and value repeated to it."""
+    if q.dtype in HALF:
+        q, k, v, mask = q.float(), k.float(), v.float(), _float_mask(mask)
+    return q, _repeat_heads(k, heads), _repeat_heads(v, heads), mask
+
+
+def _repeat_heads(x, heads):
+    """Grouped-query attention: each of x's heads (dim -3) serves heads / H consecutive query heads."""
+    if heads is None or x.shape[-3] == heads:
+        return x
+    return x.repeat_interleave(heads // x.shape[-3], dim=-3)
+
+
+def _fold_heads(dx, x, heads):
+    """The gradient of a grouped key or value: summed over the query heads each of its heads serves."""
+    if heads is None or x.shape[-3] == heads:
+        return dx
+    return dx.unflatten(-3, (x.shape[-3], heads // x.shape[-3])).sum(-3)
 
 
 class AttentionHead(torch.autograd.Function):

@@ -36,10 +36,9 @@ def scaled_dot_product_attention(query, key, value, attn_mask=None, dropout_p=0.
     c = validate.attention_inputs(query, key, value, attn_mask, scale, enable_gqa=enable_gqa, is_causal=is_causal)
     if is_causal:
         attn_mask = torch.ones(query.shape[-2], key.shape[-2], dtype=torch.bool, device=query.device).tril()
-    if enable_gqa and query.dim() >= 3:
-        key, value = _repeat_heads(key, query.shape[-3]), _repeat_heads(value, query.shape[-3])
+    heads = query.shape[-3] if enable_gqa and query.dim() >= 3 else None  # key/value repeated inside, folded back in float32
     function = Attention if torch.compiler.is_compiling() else AttentionJvp
-    return function.apply(query, key, value, attn_mask, c)[0]
+    return function.apply(query, key, value, attn_mask, c, heads)[0]
 
 
 def _check_flags(dropout_p, is_causal, enable_gqa):
@@ -52,11 +51,6 @@ def _check_flags(dropout_p, is_causal, enable_gqa):
         raise NotImplementedError(
             f"dropout_p={dropout_p!r}: the generated kernels have no attention dropout; use dropout_p=0.0 (for an "
             f"nn.MultiheadAttention or nn.TransformerEncoderLayer: dropout=0.0, or model.eval())")
-
-
-def _repeat_heads(x, heads):
-    """Grouped-query attention: each of x's heads (dim -3) serves heads / H consecutive query heads."""
-    return x if x.shape[-3] == heads else x.repeat_interleave(heads // x.shape[-3], dim=-3)
 
 
 class _Route(TorchFunctionMode):

@@ -55,13 +55,25 @@ def broadcast_batch(named):
     for name, x in named:
         b = tuple(x.shape[:-2])
         try:
-            batch = tuple(torch.broadcast_shapes(batch, b))
-        except RuntimeError:
+            batch = _broadcast(batch, b)
+        except ValueError:
             raise ValueError(f"{name} has batch dims {b} (shape {tuple(x.shape)}), which do not broadcast with "
                              f"the batch dims {batch} of {', '.join(seen)}: batch dims must be equal or 1 "
                              f"(right-aligned), as in scaled_dot_product_attention") from None
         seen.append(name)
     return batch
+
+
+def _broadcast(a, b):
+    """torch.broadcast_shapes of two shapes (right-aligned, equal or 1), in plain Python: it runs on every call."""
+    if a == b:
+        return a
+    n = max(len(a), len(b))
+    a, b = (1,) * (n - len(a)) + a, (1,) * (n - len(b)) + b
+    out = tuple(y if x == 1 else x for x, y in zip(a, b))
+    if any(x != y and x != 1 and y != 1 for x, y in zip(a, b)):
+        raise ValueError(f"shapes {a} and {b} do not broadcast")
+    return out
 
 
 def mask_dtype(m, dtype):
@@ -92,8 +104,8 @@ def mask(m, score_shape, dtype, device, *, values=True):
         raise ValueError(f"mask is on {m.device} but the inputs are on {device}")
     score_shape = tuple(score_shape)
     try:
-        fits = tuple(torch.broadcast_shapes(tuple(m.shape), score_shape)) == score_shape
-    except RuntimeError:
+        fits = _broadcast(tuple(m.shape), score_shape) == score_shape
+    except ValueError:
         fits = False
     if not fits:
         raise ValueError(f"mask of shape {tuple(m.shape)} does not broadcast to the score shape (..., L, S) = "
