@@ -94,9 +94,10 @@ class NumericSizes:
     watch_repeats: int = 7  # paired blocks of 20 steps timing the watcher's overhead
     watch_setups: tuple = ("demo", "long")  # numeric.watch_bench setups timed ("demo": the 10% goal's model)
     watch_min_seconds: float = 8.0  # each setup is timed at least this long (more pairs when its steps are fast)
+    sdpa_cases: int = 300  # random calls of the drop-in scaled_dot_product_attention against torch's
 
     def __post_init__(self):
-        _check_ints(self, "api_cases", "identity_draws", "fuzz_claims", "watch_repeats")
+        _check_ints(self, "api_cases", "identity_draws", "fuzz_claims", "watch_repeats", "sdpa_cases")
         if not isinstance(self.watch_min_seconds, (int, float)) or not self.watch_min_seconds >= 0:
             raise ValueError(f"NumericSizes.watch_min_seconds must be a number >= 0, got {self.watch_min_seconds!r}")
         if (not isinstance(self.watch_setups, tuple) or "demo" not in self.watch_setups
@@ -268,7 +269,7 @@ QUICK = Profile(
                 mutant_grid=(sizes(3, 2, 2),), search_restarts=30, budget_s=60.0,
                 general_total_budget_s=5.0, fixed_total_budget_s=15.0, scaling_base=(3, 2, 2),
                 scaling_sweeps={"n": (2, 3, 4), "d": (1, 2, 3), "m": (1, 2, 3)}),
-    NumericSizes(api_cases=12, identity_draws=2, bench="quick", fuzz_claims=6, fuzz_budget_s=4.0, fuzz_jobs=1,
+    NumericSizes(api_cases=12, identity_draws=2, bench="quick", fuzz_claims=6, fuzz_budget_s=4.0, fuzz_jobs=1, sdpa_cases=60,
                  watch_repeats=1, watch_setups=("demo",), watch_min_seconds=0.0),
     ExperimentSizes(length=200, steps=150, blocks=4, checkpoints=6, tracked_rows=16,
                     fresh=(FreshGroup("torch-float64", 0, (42, 2024)), FreshGroup("torch-float32", 0, (1, 2))),

@@ -34,6 +34,7 @@ class NumericStage:
         self.mutants(gen)
         self.api_agreement()
         self.special_cases()
+        self.sdpa_dropin()
         self.benchmarks()
         self.fuzz()
 
@@ -126,6 +127,29 @@ class NumericStage:
         err = agreement.training_matches_autograd(self.device)
         self._check("numeric/module-training-steps", "", err <= tol, time.perf_counter() - t0,
                     {"max_rel_error": err}, {"tolerance": tol}, detail="3 SGD steps of GeneratedAttention vs autograd")
+
+    def sdpa_dropin(self):
+        """numeric.sdpa.scaled_dot_product_attention against torch's on random calls of every kind, per dtype;
+        a drop-in that ignores the scale must fail the same sweep (negative control)."""
+        from numeric import sdpa_sweep
+
+        t0 = time.perf_counter()
+        out = sdpa_sweep.sweep(self.profile.sdpa_cases, self.seed + 11, self.device)
+        seconds = (time.perf_counter() - t0) / len(out)
+        for name, entry in out.items():
+            half = name in ("float16", "bfloat16")
+            expected = ({"our_error_at_most": f"{sdpa_sweep.HALF_RATIO} x torch's + half an ulp"} if half
+                        else {"tolerance": sdpa_sweep.TOLERANCE[getattr(torch, name)]})
+            self._check(f"numeric/sdpa-dropin/{name}", "", not entry["failures"] and entry["cases"] > 0, seconds,
+                        entry, expected, detail="o, dq, dk, dv of numeric.sdpa vs torch's SDPA: GQA, is_causal, "
+                        "every mask kind, broadcasting, scales" + (" (errors against float64)" if half else ""))
+        t0 = time.perf_counter()
+        bad = sdpa_sweep.sweep(max(8, self.profile.sdpa_cases // 5), self.seed + 12, self.device,
+                               fn=sdpa_sweep.forgets_the_scale)
+        caught = sum(len(e["failures"]) for e in bad.values())
+        self._check("numeric/sdpa-dropin/negative-control", "", caught > 0, time.perf_counter() - t0,
+                    {"failing_calls": caught, "cases": sum(e["cases"] for e in bad.values())},
+                    {"failing_calls": "> 0"}, kind="negative-control", detail="a drop-in that ignores the scale")
 
     def _max_score(self, case, magnitude):
         q, k = agreement.make_inputs(case, torch.float64, self.device, magnitude)[:2]
