@@ -2,8 +2,9 @@
 
 A malformed file is not a false claim: the command line exits 2 for it, 1 for a claim that fails.
 Caught here, before any stage runs: a syntax error, a claim id registered twice or colliding with
-a built-in one, an identity whose functions take the wrong number of indices, and a claim that
-names an unknown quantity, leaf or dimension (found by building each side once, symbolically).
+a built-in one, an identity whose functions cannot be called with the model and its free indices
+(`binding_error`), and a claim that names an unknown quantity, leaf or dimension (found by building
+each side once, symbolically).
 """
 from __future__ import annotations
 
@@ -77,21 +78,22 @@ def _line_in(path, exc, fallback=None):
 def check(claim, path):
     """Build every identity and mutant of `claim` once at general size; structural errors name their line."""
     for identity in claim.parts:
-        _check_sides(claim, identity, identity.derived, identity.closed, path)
+        _check_sides(claim, identity, identity.derived, identity.closed, path, f"identity {identity.name!r}")
     for mutant in claim.mutants:
         if mutant.constant is None:
             identity = claim.part(mutant.part)
-            _check_sides(claim, identity, mutant.derived or identity.derived, mutant.closed or identity.closed, path)
+            _check_sides(claim, identity, mutant.derived or identity.derived, mutant.closed or identity.closed, path,
+                         f"mutant {mutant.id} of identity {identity.name!r}")
 
 
-def _check_sides(claim, identity, derived, closed, path):
+def _check_sides(claim, identity, derived, closed, path, what):
     from derive.general import GeneralBackend
 
     for side, fn in (("derived", derived), ("closed", closed)):
         line = fn.__code__.co_firstlineno if hasattr(fn, "__code__") else 1
-        _check_arity(claim, identity, side, fn, path, line)
+        where = f"claim {claim.id}, {what}, {side} side"
+        _check_arity(identity, fn, path, line, where)
         m = GeneralBackend(identity.setting("ce", True), f"{claim.id} / {identity.name}")
-        where = f"claim {claim.id}, identity {identity.name!r}, {side} side"
         try:
             ix = m.free_indices(identity.free)
             value = fn(m, *ix)
@@ -114,18 +116,42 @@ def _is_expr(value):
         return False
 
 
-def _check_arity(claim, identity, side, fn, path, line):
+def _check_arity(identity, fn, path, line, where):
+    reason = binding_error(fn, len(identity.free))
+    if reason:
+        raise ClaimFileError(f"{path}:{line}: {where}{_signature(fn)} "
+                             f"cannot be called with the model and one index per free range {identity.free} "
+                             f"({1 + len(identity.free)} positional arguments): {reason}")
+
+
+def binding_error(fn, n_indices):
+    """Why `fn(m, *ix)` with `n_indices` free indices cannot be called, or None when it can.
+
+    The one arity check of a claim's `derived`, `closed` and mutant functions: the call is bound
+    (`inspect.signature(fn).bind`) with placeholders for the model and the indices, so optional
+    parameters, `*args` and keyword-only parameters with defaults are accepted, as Python would.
+    A callable whose signature cannot be inspected (some builtins) is not refused here: the trial
+    call in `_check_sides` runs it, and a TypeError from that call is reported with its line.
+    """
     try:
-        params = list(inspect.signature(fn).parameters.values())
+        signature = inspect.signature(fn)
+    except (TypeError, ValueError):  # no signature to bind (some builtins): left to the trial call
+        return None
+    try:
+        signature.bind(*(object() for _ in range(1 + n_indices)))
+    except TypeError as exc:
+        required = [p.name for p in signature.parameters.values() if p.kind == p.KEYWORD_ONLY and p.default is p.empty]
+        if any(repr(name) in str(exc) for name in required):
+            return f"{exc} (keyword-only without a default; the model and the indices are passed by position)"
+        return str(exc)
+    return None
+
+
+def _signature(fn):
+    try:
+        return f" {inspect.signature(fn)}"
     except (TypeError, ValueError):
-        return
-    if any(p.kind == p.VAR_POSITIONAL for p in params):
-        return
-    want = 1 + len(identity.free)
-    if len(params) != want:
-        raise ClaimFileError(f"{path}:{line}: claim {claim.id}, identity {identity.name!r}, {side} side takes "
-                             f"{len(params)} argument(s); expected {want}: the model and one index per free range "
-                             f"{identity.free}")
+        return ""
 
 
 def _structural(exc, model):

@@ -6,7 +6,8 @@ from pathlib import Path
 import pytest
 
 from derive import claims as registry
-from derive.claimfile import ClaimFileError, load
+from derive.claimfile import ClaimFileError, binding_error, load
+from derive.prove import run_path
 
 ROOT = Path(__file__).resolve().parents[1]
 HEAD = "from derive.claims import Claim, Identity, register\n"
@@ -26,7 +27,15 @@ CASES = {
     "quantity": (HEAD + claim("lambda m, j, a: m.attention(j, j) * m.v(j, a)"), 4, "unknown quantity m.attention"),
     "leaf": (HEAD + claim('lambda m, j, a: m.leaf("W", j, a)'), 4, "unknown leaf 'W'"),
     "dimension": (HEAD + claim('lambda m, j, a: m.sum("T", lambda i: m.alpha(i, j) * m.u(i, a))'), 4, "unknown dimension 'T'"),
-    "arity": (HEAD + claim("lambda m, j: m.v(j, j)"), 4, "takes 2 argument(s); expected 3"),
+    "missing index": (HEAD + claim("lambda m, j: m.v(j, j)"), 4, "(m, j) cannot be called with the model and one "
+                      "index per free range ('n', 'dv') (3 positional arguments): too many positional arguments"),
+    "required extra parameter": (HEAD + claim("lambda m, j, a, b: m.dV(j, a)"), 4, "missing a required argument: 'b'"),
+    "required keyword-only parameter": (HEAD + "def closed(m, j, a, *, scale):\n    return scale * m.dV(j, a)\n"
+                                        + claim("closed"), 2, "missing a required argument: 'scale' (keyword-only"),
+    "mutant missing an index": (HEAD + 'from derive.claims import Mutant\n'
+                                'i = Identity("main", ("n",), "scores", lambda m, i: 0, lambda m, i: 0, "x")\n'
+                                'register(Claim("Y1", "c", "x", "t", (i,), mutants=(Mutant("Y1-m", "Y1", "main", "d",\n'
+                                '    closed=lambda m: 1),)))\n', 5, "mutant Y1-m of identity 'main', closed side (m) cannot be called"),
     "range": (HEAD + claim("lambda m, j, a: m.sum('n', lambda i: m.alpha(i, j) * m.q(i, a))"), 4, "ranges over dv"),
     "level": (HEAD + 'register(Claim("Y1", "c", "x", "t", (Identity("main", ("n",), "logits", lambda m, i: 0, '
               'lambda m, i: 0, "x"),)))\n', 2, "unknown level"),
@@ -66,6 +75,68 @@ def test_malformed_file_names_file_and_line(case, tmp_path):
 def test_a_wellformed_file_loads(extra_claim_file):
     path = extra_claim_file(HEAD + GOOD.format(cid="Y2"))
     assert load(path) == ["Y2"]
+
+
+OPTIONAL = HEAD + """from derive.claims import Mutant
+
+
+def derived(m, j, a, *, quantity="v"):
+    return m.derived_grad(quantity, j, a)
+
+
+register(Claim("Y4", "optional", "x", "test", (
+    Identity("main", ("n", "dv"), "scores", derived, lambda m, j, a, scale=1: scale * m.dV(j, a), "x"),),
+    mutants=(Mutant("Y4-m", "Y4", "main", "doubled", closed=lambda m, j, a, scale=2: scale * m.dV(j, a)),)))
+"""
+
+
+def _proves(cid):
+    """The verdict's evidence at general size: every identity proved masked and unmasked, every mutant disproved."""
+    claim = registry.REGISTRY[cid]
+    for identity in claim.parts:
+        for masked in (True, False):
+            assert run_path("general", identity, masked, cid, {}).status == "proved", (identity.name, masked)
+    for mutant in claim.mutants:
+        out = run_path("general", claim.part(mutant.part), True, mutant.id, {}, mutant.derived, mutant.closed)
+        assert out.status == "disproved", mutant.id
+
+
+def test_functions_with_optional_parameters_load_and_prove(extra_claim_file):
+    """A default, a keyword-only parameter with a default: callable as f(m, *ix), so accepted (binding the call)."""
+    assert load(extra_claim_file(OPTIONAL)) == ["Y4"]
+    _proves("Y4")
+
+
+def test_functions_with_star_args_load_and_prove(extra_claim_file):
+    path = extra_claim_file(HEAD + 'register(Claim("Y5", "c", "x", "test", (Identity("main", ("n", "dv"), "scores",\n'
+                                   '    lambda *args: args[0].derived_grad("v", *args[1:]),\n'
+                                   '    lambda m, *ix: m.dV(*ix), "x"),)))\n')
+    assert load(path) == ["Y5"]
+    _proves("Y5")
+
+
+def test_binding_error_is_the_call_binding():
+    def kw_required(m, i, *, scale):
+        return 0
+
+    assert binding_error(lambda m, i, j, scale=1: 0, 2) is None
+    assert binding_error(lambda m, *ix, scale=1: 0, 2) is None
+    assert binding_error(lambda *args, **kwargs: 0, 0) is None
+    assert binding_error(lambda m, i, j, k: 0, 2) == "missing a required argument: 'k'"
+    assert binding_error(lambda m, i: 0, 2) == "too many positional arguments"
+    assert binding_error(kw_required, 1).startswith("missing a required argument: 'scale' (keyword-only")
+    assert binding_error(max, 2) is None  # no signature to bind: left to the trial call, which names its line
+
+
+@pytest.mark.parametrize("case, reason", [("required extra parameter", "missing a required argument: 'b'"),
+                                          ("missing index", "too many positional arguments")])
+def test_cli_exits_2_for_a_function_that_cannot_take_the_indices(case, reason, tmp_path):
+    bad = tmp_path / "bad.py"
+    bad.write_text(CASES[case][0])
+    p = subprocess.run([sys.executable, "-m", "derive.all", "--only", "derive", "--quick", "--claims", str(bad),
+                        "--out", str(tmp_path)], cwd=ROOT, capture_output=True, text=True, timeout=300, stdin=subprocess.DEVNULL)
+    assert p.returncode == 2 and f"{bad}:{CASES[case][1]}: " in p.stderr and reason in p.stderr, p.stderr
+    assert "Traceback" not in p.stderr, p.stderr
 
 
 def test_cli_exits_2_for_a_malformed_file_and_lists_only_selected_claims(tmp_path):
