@@ -2,8 +2,9 @@
 
 float64/float32: |ours - torch| relative to the problem's scale (the largest entry of o, dq, dk, dv),
 within TOLERANCE, plus 4 eps |m| for a float mask whose largest finite entry is |m|: adding -1e9 to a score
-rounds it to eps * 1e9, so the result is only defined to that (float64: 2e-7), however it is computed. float16/bfloat16: our error against a float64 computation from the same inputs at most
-HALF_RATIO times torch's own, plus half an ulp of the quantity (the one rounding) and float32's noise.
+rounds it to eps * 1e9, so the result is only defined to that (float64: 2e-7), however it is computed.
+float16/bfloat16: our error against a float64 computation from the same inputs at most HALF_RATIO times
+torch's own, plus half an ulp of the quantity (the one rounding) and float32's noise.
 """
 from __future__ import annotations
 

@@ -37,14 +37,25 @@ with a method on the call stack at the call ('' for the model itself) and its ca
 step. SDPA's is_causal (top-left causal mask), attn_mask (bool: True = attend; float: added), scale
 (None = 1/sqrt(E)) and enable_gqa (k, v heads repeated as SDPA repeats them) are honoured.
 
-Evaluation: when the backward pass has ended (an autograd engine callback), the sites it reached are
-grouped by shape, dtype, device, scale and mask kind, and each group is evaluated at once, concatenated
-along the head axis (every statistic is per head, so each head's numbers are its own; one group costs
-the per-call work of one site), in chunks of the batch.
+The masks are copied at the call (SDPA's attn_mask once per tensor and version in a recorded forward;
+nn.MultiheadAttention's merged mask is a new tensor), so a mask buffer changed in place before the
+backward pass (between two forwards whose losses share one backward) is read as the call used it.
 
-`w.records` holds one dict per site and recorded step (written when the backward pass ends, in the order
-it reached the sites):
-site, call, step, heads, dropout_p, and lists over heads of
+Evaluation: when a backward pass has ended (an autograd engine callback), each site it reached has its u
+added to the u of the step's earlier passes, and the step's sites are grouped by shape, dtype, device,
+scale and mask kind and evaluated, each group at once, concatenated along the head axis (every statistic
+is per head, so each head's numbers are its own; one group costs the per-call work of one site), in
+chunks of the batch. So a step has one record per site however many backward passes reach it
+(loss1.backward(retain_graph=True); loss2.backward() records what a backward of loss1 + loss2 does); a
+later pass of the step writes its records again, with the summed u. A step's records are final when the
+next step begins or the watcher is left; a backward pass reaching a step after that is not counted (a
+WatchWarning says so). Every pass counts, torch.autograd.grad's too: with a gradient penalty
+(autograd.grad(loss, params, create_graph=True), then backward of loss + penalty) u is the sum of both
+passes' dL/do, not the gradient the optimizer sees, and the record's `passes` is 2.
+
+`w.records` holds one dict per site and recorded step, in step order and within a step in the order of
+the forward's calls (not the order backward reaches them):
+site, call, step, heads, dropout_p, passes (the backward passes whose u was summed), and lists over heads of
 - entropy, saturation: mean over batch and live rows (rows with an attended key) of -sum_j alpha_ij
   log alpha_ij and of 1 - max_j alpha_ij;
 - adv_max: max |A_ij| over batch and rows, A = alpha (b - bbar) = dL/dS (C1); adv_row_l1: mean over
@@ -59,8 +70,17 @@ site, call, step, heads, dropout_p, and lists over heads of
   record, and when its group (the sites evaluated with it), batch, shape, dtype or device differs from
   the previous record's. A backward pass of losses from several forwards evaluates their steps in order.
 A call with no sequence, query or key (an empty batch, L = 0 or S = 0) has None for every quantity.
-Half-precision (float16, bfloat16) calls are evaluated in float32. With dropout_p > 0 the watcher raises
-unless allow_dropout=True; then the numbers are those of the dropout-free alpha against the real u.
+A call is evaluated in the promoted dtype of q, k, v and u (under autocast they can differ: float32 q and k
+after a float32 rotary buffer, bfloat16 v), half precision (float16, bfloat16) in float32.
+Reading `w.records` or `w.summary()` while there is no record warns (WatchWarning) with the reason: the
+watcher was never entered, no step seen (model.forward(...) called directly, or no forward with grad), no
+step recorded, no attention call seen, or no backward pass yet.
+torch.compile: the watcher cannot see attention inside a compiled graph. Watching a compiled module (or a
+model with a compiled submodule) raises ValueError; a recorded step run under torch.compile (a compiled
+wrapper of the watched model, a compiled function calling attention) raises RuntimeError. Watch the
+uncompiled module and call it, uncompiled, on the steps to record (every=None and record_next()); the
+compiled wrapper may run the other steps, and the site names are those of the uncompiled model.
+With dropout_p > 0 the watcher raises unless allow_dropout=True; then the numbers are those of the dropout-free alpha against the real u.
 `python -m numeric.watch_bench` measures the overhead.
 """
 from __future__ import annotations
@@ -69,6 +89,7 @@ import functools
 import math
 import sys
 import threading
+import warnings
 
 import torch
 import torch.nn.functional as F
@@ -81,6 +102,38 @@ SDPA = torch._C._nn.scaled_dot_product_attention  # the builtin (F's attribute m
 MHA_ARGS = ("query", "key", "value", "key_padding_mask", "need_weights", "attn_mask")  # its positional order
 TINY = 1e-30  # log clamp, as frame._js
 HALF = (torch.float16, torch.bfloat16)  # watched in float32
+COMPILED = ("the watcher cannot see attention calls inside a torch.compile graph: watch the uncompiled module "
+            "(compiled = torch.compile(model); with watch(model, every=None) as w: ...) and call the uncompiled `model` "
+            "on the steps to record (after w.record_next()), the compiled one on the others; a compiled function "
+            "that calls attention inside the model's forward must run uncompiled on the recorded steps")
+
+
+class WatchWarning(UserWarning):
+    """A watcher's records were read while it had recorded nothing; the message says why and what to do."""
+
+
+def _compiled_module(mod):
+    """mod is torch.compile's wrapper (an OptimizedModule) or was compiled in place (Module.compile())."""
+    dynamo = sys.modules.get("torch._dynamo.eval_frame")  # not imported: nothing was compiled
+    return dynamo is not None and (isinstance(mod, dynamo.OptimizedModule) or getattr(mod, "_compiled_call_impl", None) is not None)
+
+
+def _compiling():
+    """Running under torch.compile: being traced, or run eagerly inside a compiled region (dynamo's frame
+    callback is set; torch.compile's wrapper runs the root module's hooks so)."""
+    if torch.compiler.is_compiling():
+        return True
+    callback = getattr(getattr(torch._C, "_dynamo", None), "eval_frame", None)
+    return callback is not None and bool(callback.get_eval_frame_callback())
+
+
+def _copy(mask):
+    """A copy of `mask` as it is now, of its shape; broadcast (stride-0) dims are copied once, not expanded."""
+    mask = mask.detach()
+    if mask.is_contiguous():
+        return mask.clone()
+    small = mask[tuple(slice(0, 1) if st == 0 else slice(None) for st in mask.stride())]
+    return small.clone().expand(mask.shape)
 
 
 class _SDPAMode(TorchFunctionMode):
@@ -172,7 +225,8 @@ def _merged_mask(attn_mask, key_padding_mask, q):
     for m, shape in ((attn_mask, None), (key_padding_mask, (N, 1, 1, -1))):
         if m is None:
             continue
-        add = torch.zeros(m.shape, dtype=q.dtype, device=q.device).masked_fill(m, -math.inf) if m.dtype == torch.bool else m.to(q.dtype)
+        add = torch.zeros(m.shape, dtype=q.dtype, device=q.device).masked_fill(m, -math.inf) if m.dtype == torch.bool \
+            else m.to(q.dtype, copy=True)  # a copy: the caller may change its mask before the backward pass
         if shape is None:
             add = add.view(1, 1, *add.shape) if add.dim() == 2 else add.view(N, H, *add.shape[-2:])
         else:
@@ -278,12 +332,20 @@ def _as_bool(mask):
 
 
 def _prepare(q, k, v, u, mask):
-    """One call's q, k, v, u, mask as the statistics read them: flat_batch's layout, half precision in float32
-    (a half-precision log of 0 would give 0 x -inf = NaN), a 0/-inf additive mask as bool."""
+    """One call's q, k, v, u, mask as the statistics read them: flat_batch's layout, in one dtype (the promoted
+    dtype of q, k, v and u: under autocast they can differ, e.g. float32 q, k after a float32 rotary buffer and
+    bfloat16 v), half precision in float32 (a half-precision log of 0 would give 0 x -inf = NaN), a float mask
+    in that dtype, a 0/-inf additive mask as bool."""
     q, k, v, u, mask = flat_batch(q, k, v, u, mask)
-    if q.dtype in HALF:
-        q, k, v, u = (t.float() for t in (q, k, v, u))
-        mask = mask.float() if mask is not None and mask.dtype != torch.bool else mask
+    dtype = q.dtype
+    if not dtype == k.dtype == v.dtype == u.dtype:
+        dtype = functools.reduce(torch.promote_types, (k.dtype, v.dtype, u.dtype), dtype)
+    if dtype in HALF:
+        dtype = torch.float32
+    if dtype != q.dtype or not q.dtype == k.dtype == v.dtype == u.dtype:
+        q, k, v, u = (t.to(dtype) for t in (q, k, v, u))
+    if mask is not None and mask.dtype != torch.bool and mask.dtype != dtype:
+        mask = mask.to(dtype)
     return q, k, v, u, _as_bool(mask)
 
 
@@ -365,17 +427,46 @@ class Watcher:
         if every is not None and (not isinstance(every, int) or isinstance(every, bool) or every < 1):
             raise ValueError(f"every must be a positive int or None (record only after record_next()), got {every!r}")
         self.model, self.every, self.allow_dropout = model, every, allow_dropout
-        self.records, self.step_index, self.recording = [], -1, False
+        self._records, self.step_index, self.recording = [], -1, False
         self._mha_depth, self._calls, self._prev, self._handles, self._mode, self._names = 0, 0, {}, [], None, {}
         self._mha_calls = {}  # module -> (args, kwargs) of its call in progress
         self._mode_on, self._step_handles, self._in_wrapper, self._token = False, [], 0, None
         self._pending = {}  # graph task id -> the sites its backward pass has reached
         self._next = False  # record_next() was called
+        self._open = {}  # step -> {site: [call, u summed over passes, passes]} and its groups' states, until closed
+        self._closed = set()  # steps whose records are final (a later step began, or the watcher was left)
+        self._masks = {}  # id -> (mask, version, copy): the recorded forward's masks, copied once
+        self._entered, self._recorded, self._captured = False, 0, 0  # for the warning when nothing was recorded
+
+    @property
+    def records(self):
+        """One dict per site and recorded step, in step order and within a step in forward call order (see the
+        module docstring). Warns (WatchWarning) when there is none, saying why."""
+        if not self._records:
+            warnings.warn(f"watch: no records: {self._why_empty()}", WatchWarning, stacklevel=2)
+        return self._records
+
+    def _why_empty(self):
+        if not self._entered:
+            return "the watcher was never entered; use it as `with watch(model) as w:` around the training steps"
+        if self.step_index < 0:
+            return ("it saw no step: inside `with watch(model)`, call the model as model(...) with grad enabled "
+                    "(model.forward(...) bypasses the hooks the watcher counts steps by; a forward under "
+                    "torch.no_grad() is not a step)")
+        if not self._recorded:
+            return (f"none of its {self.step_index + 1} steps was recorded (with every=None, only the step after "
+                    "w.record_next() is)")
+        if not self._captured:
+            return ("its recorded steps made no attention call it could see (F.scaled_dot_product_attention or "
+                    "nn.MultiheadAttention inside model's forward)")
+        return "no backward pass has reached the attention outputs of a recorded step yet (call loss.backward())"
 
     def __enter__(self):
         for name, mod in self.model.named_modules():
             if isinstance(mod, nn.MultiheadAttention) and (mod.bias_k is not None or mod.add_zero_attn):
                 raise ValueError(f"watch: nn.MultiheadAttention '{name}' uses add_bias_kv/add_zero_attn, not supported")
+            if _compiled_module(mod):
+                raise ValueError(f"watch: {f'submodule {name!r}' if name else 'the model'} is compiled; {COMPILED}")
         # Only the model itself is hooked throughout: a module with hooks takes Module.__call__'s slow path
         # (hooks on every module, as an earlier version had, cost 2.4% of every step of the demonstration
         # model). What a recorded step needs is added for its forward and removed after it.
@@ -383,6 +474,7 @@ class Watcher:
         self._handles += self._mha_hooks(self.model)  # a root's own hooks added during its call would not run
         self._handles.append(self.model.register_forward_hook(self._end_forward, always_call=True))  # also when it raises
         self._mode = _SDPAMode(self)
+        self._entered = True
         return self
 
     def _mha_hooks(self, mod):
@@ -393,24 +485,33 @@ class Watcher:
 
     def __exit__(self, *exc):
         self._end_forward()
+        self._close()
         for h in self._handles:
             h.remove()
         self._handles, self._mode, self.recording = [], None, False
         return False
 
     def _begin_step(self, mod, args):
-        """A grad-enabled forward of the model is a step. For a recorded step's forward only: the SDPA mode
-        is pushed (a mode costs a Python call per torch function), F's SDPA attribute replaced, the
-        nn.MultiheadAttention submodules hooked and the module paths looked up afresh."""
+        """A grad-enabled forward of the model is a step. It closes the records of the steps before it. For a
+        recorded step's forward only: the SDPA mode is pushed (a mode costs a Python call per torch function),
+        F's SDPA attribute replaced, the nn.MultiheadAttention submodules hooked and the module paths looked
+        up afresh."""
         if torch._C._current_graph_task_id() != -1:
             return  # a forward run by a backward pass (activation checkpointing's recomputation) is not a step
         self._pending.clear()  # outside every backward pass, sites still pending are from passes that raised
         if torch.is_grad_enabled():
             self._end_forward()  # after a forward that raised
+            recording = (self.every is not None and (self.step_index + 1) % self.every == 0) or self._next
+            if recording and _compiling():
+                raise RuntimeError(f"watch: step {self.step_index + 1} is to be recorded but the model runs under "
+                                   f"torch.compile; {COMPILED}")
             self.step_index += 1
-            due = self.every is not None and self.step_index % self.every == 0
-            self.recording, self._next, self._calls, self._mha_depth = due or self._next, False, 0, 0
+            if self._open:
+                self._close()
+            self.recording, self._next, self._calls, self._mha_depth = recording, False, 0, 0
             if self.recording:
+                self._recorded += 1
+                self._masks.clear()
                 self._names = {id(sub): (name, sub) for name, sub in self.model.named_modules()}
                 for _, sub in self._names.values():
                     if sub is not self.model:
@@ -496,7 +597,9 @@ class Watcher:
 
         def to_heads(g):  # dL/d(out) -> u at the concatenated heads, (N, H, L, hd)
             g = g if mod.batch_first else g.transpose(0, 1)
-            return (g @ w_out).reshape(g.shape[0], g.shape[1], mod.num_heads, E // mod.num_heads).transpose(1, 2)
+            dtype = torch.promote_types(g.dtype, w_out.dtype)  # under autocast, a bfloat16 g and a float32 W_out
+            u = g.to(dtype) @ w_out.to(dtype)
+            return u.reshape(g.shape[0], g.shape[1], mod.num_heads, E // mod.num_heads).transpose(1, 2)
         name = self._names[id(mod)][0] if id(mod) in self._names else ""
         self._attach(out[0], name, q, k, v, mask, None, p, to_heads)
 
@@ -504,22 +607,38 @@ class Watcher:
         if self._mha_depth or not self.recording or not out.requires_grad:
             return
         q, k, v, mask, p, scale = _sdpa_inputs(*args, **kwargs)
+        if mask is not None and mask is (kwargs["attn_mask"] if "attn_mask" in kwargs else args[3] if len(args) > 3 else None):
+            mask = self._frozen(mask)  # the caller's (not _causal's)
         self._attach(out, self._site_name(), q.detach(), k.detach(), v.detach(), mask, scale, p, None)
+
+    def _frozen(self, mask):
+        """The mask as it is at its call: a bool mask buffer changed in place between this forward and the
+        backward pass that reaches the call (a later forward's) would otherwise be read as changed. One copy
+        per tensor and version in a recorded forward, so calls that share a mask share its copy."""
+        got = self._masks.get(id(mask))
+        if got is not None and got[0] is mask and got[1] == mask._version:
+            return got[2]
+        copied = _copy(mask)
+        self._masks[id(mask)] = (mask, mask._version, copied)
+        return copied
 
     def _attach(self, out, name, q, k, v, mask, scale, p, to_u):
         if p > 0 and not self.allow_dropout:
             raise ValueError(f"watch: attention with dropout_p={p} at '{name}': "
                              "the closed forms exclude dropout; set dropout to 0 or pass allow_dropout=True")
+        if _compiling():
+            raise RuntimeError(f"watch: the attention call at '{name}' runs under torch.compile; {COMPILED}")
         site = (name, self._calls)
         self._calls += 1
+        self._captured += 1
         step = self.step_index
         mask = mask.detach() if mask is not None else None
-        out.register_hook(lambda g: self._pend(site, step, q, k, v, to_u(g) if to_u else g, mask, scale, p))
+        out.register_hook(lambda g: self._pend(site, step, q, k, v, to_u(g) if to_u else g.detach().clone(), mask, scale, p))
 
     def _pend(self, *call):
-        """A site's u has arrived: evaluated with the others when this backward pass ends (_flush). Sites are
-        kept per backward pass (graph task), so a backward run inside another (a custom Function's
-        backward calling autograd.grad) flushes only its own."""
+        """A site's u has arrived: added to its step's when this backward pass ends (_flush). Sites are kept
+        per backward pass (graph task), so a backward run inside another (a custom Function's backward calling
+        autograd.grad) flushes only its own, and a pass that raises adds nothing."""
         task = torch._C._current_graph_task_id()
         if task not in self._pending:
             self._pending[task] = []
@@ -527,44 +646,105 @@ class Watcher:
         self._pending[task].append(call)
 
     def _flush(self, task):
-        """The sites a backward pass reached, evaluated a step at a time in step order (a backward of losses
-        accumulated over several forwards reaches several steps), grouped (_group_key) and evaluated a group
-        at a time: one pass of the kernels and reductions per group instead of per site (with 2 sites per
-        step on the demonstration model, 0.4 ms of per-call cost saved per recorded step). Within a step,
-        records keep the order the sites were reached."""
-        pending = self._pending.pop(task, [])
-        for step in sorted({call[1] for call in pending}):
-            self._evaluate([call for call in pending if call[1] == step])
+        """A backward pass has ended: each site's u is added to the u of its step's earlier passes (one record
+        per site and step, however many backward passes reach it: loss1.backward(retain_graph=True);
+        loss2.backward() records what a backward of loss1 + loss2 does) and the steps it reached are
+        evaluated again, with the later open steps (whose drift is against them), in step order."""
+        first, late = None, set()
+        for site, step, q, k, v, u, mask, scale, p in self._pending.pop(task, []):
+            if step in self._closed:
+                late.add(step)
+                continue
+            sites = self._open.setdefault(step, {"calls": {}, "states": []})["calls"]
+            got = sites.get(site)
+            if got is None:
+                sites[site] = [(site, step, q, k, v, u, mask, scale, p), u, 1]
+            else:
+                got[1] = got[1] + u
+                got[2] += 1
+            first = step if first is None else min(first, step)
+        if late:
+            warnings.warn(f"watch: a backward pass reached attention of step(s) {sorted(late)} after their records "
+                          "were closed (a later step had begun, or the watcher was left); its gradient is not in them",
+                          WatchWarning, stacklevel=2)
+        if first is not None:
+            self._evaluate_open(first)
 
-    def _evaluate(self, pending):
-        prepared = [(*_prepare(q, k, v, u.detach(), mask), scale) for _, _, q, k, v, u, mask, scale, _ in pending]
-        groups, stats = {}, [None] * len(pending)
+    def _evaluate_open(self, first):
+        """Evaluate the open steps from `first` on, in step order, each against the drift states of the closed
+        steps and of the open steps before it; their records replace the ones they had."""
+        prev = dict(self._prev)
+        for step in sorted(self._open):
+            entry = self._open[step]
+            if step >= first:
+                calls = sorted(entry["calls"].values(), key=lambda c: c[0][0][1])  # forward call order
+                records, entry["states"] = self._evaluate(calls, prev)
+                self._place(step, records)
+            _advance(prev, entry["states"])
+
+    def _close(self):
+        """The open steps' records are final: their drift states become the ones later steps drift against."""
+        for step in sorted(self._open):
+            _advance(self._prev, self._open.pop(step)["states"])
+            self._closed.add(step)
+
+    def _place(self, step, records):
+        """A step's records into self._records, replacing the step's earlier ones, after the records of earlier
+        steps and before those of later ones."""
+        recs = self._records
+        hi = len(recs)
+        while hi and recs[hi - 1]["step"] > step:
+            hi -= 1
+        lo = hi
+        while lo and recs[lo - 1]["step"] == step:
+            lo -= 1
+        recs[lo:hi] = records
+
+    def _evaluate(self, calls, prev):
+        """Records of one step's sites ([call, u, passes] in forward call order), grouped (_group_key) and
+        evaluated a group at a time: one pass of the kernels and reductions per group instead of per site
+        (with 2 sites per step on the demonstration model, 0.4 ms of per-call cost saved per recorded step),
+        and the groups' drift states."""
+        prepared = [(*_prepare(q, k, v, u, mask), scale) for (_, _, q, k, v, _, mask, scale, _), u, _ in calls]
+        groups, stats, states = {}, [None] * len(calls), []
         for i, (q, k, *_) in enumerate(prepared):
             if 0 in (q.shape[0], q.shape[2], k.shape[2]):  # no sequence, query or key: nothing to measure
                 stats[i] = dict.fromkeys(ENTRIES)
             else:
                 groups.setdefault(_group_key(*prepared[i]), []).append(i)
         for members in groups.values():
-            sites = tuple(pending[i][0] for i in members)
-            outs, state = group_stats([prepared[i] for i in members], self._prev.get(sites))
-            for key in [key for key in self._prev if set(key) & set(sites)]:
-                del self._prev[key]  # a site's state lives in one group's
-            self._prev[sites] = state
+            sites = tuple(calls[i][0][0] for i in members)
+            outs, state = group_stats([prepared[i] for i in members], prev.get(sites))
+            states.append((sites, state))
             for i, out in zip(members, outs):
                 stats[i] = out
-        for (site, step, q, *_, p), out in zip(pending, stats):
+        records = []
+        for ((site, step, q, *_, p), _, passes), out in zip(calls, stats):
             heads = q.shape[-3] if q.dim() >= 4 else 1  # flat_batch: SDPA's head axis exists from 4 dims
-            self.records.append(dict(site=site[0], call=site[1], step=step, heads=heads, dropout_p=p, **out))
+            records.append(dict(site=site[0], call=site[1], step=step, heads=heads, dropout_p=p, passes=passes, **out))
+        return records, states
 
     def summary(self):
         """{'site#call': {'step': ..., quantity: mean over heads (c9_slack: min; None when not measured), from
         the site's last record}}."""
         out = {}
-        for rec in self.records:
+        records = self._records
+        if not records:
+            warnings.warn(f"watch: no records: {self._why_empty()}", WatchWarning, stacklevel=2)
+        for rec in records:
             key = f"{rec['site'] or '<root>'}#{rec['call']}"
             out[key] = {"step": rec["step"], **{name: (min(x) if name == "c9_slack" else sum(x) / len(x)) if x else x
                                                 for name, x in ((n, rec[n]) for n in ENTRIES)}}
         return out
+
+
+def _advance(prev, states):
+    """Drift states {group sites: state} after a step whose groups had `states`: a site's state lives in one
+    group's, so the groups it was in before are dropped."""
+    for sites, state in states:
+        for key in [key for key in prev if set(key) & set(sites)]:
+            del prev[key]
+        prev[sites] = state
 
 
 def watch(model, every=1, *, allow_dropout=False):

@@ -1,6 +1,7 @@
 """numeric.watch: the recorded closed forms equal autograd on the same module, and watching changes nothing."""
 import copy
 import math
+import warnings
 
 import pytest
 import torch
@@ -85,6 +86,19 @@ def reference(saved):
     return dict(entropy=ent.mean((0, 2)), saturation=(1 - amax).mean((0, 2)), adv_max=A.abs().amax((0, 2, 3)),
                 adv_row_l1=A.abs().sum(-1).mean((0, 2)), resp_max=alpha.sum(-2).amax(-1).mean(0),
                 resp_min=alpha.sum(-2).amin(-1).mean(0), dS_norm=norm(A), dV_norm=norm(dV))
+
+
+def assert_records_close(one, other, skip=(), rel=1e-12, abs=1e-15):
+    """Two records agree: the same keys, names, counts and None entries equal, numbers (and lists of them) to
+    rel/abs (pytest.approx compares numbers only)."""
+    assert one.keys() == other.keys()
+    for key, value in one.items():
+        if key in skip:
+            continue
+        if value is None or isinstance(value, (str, int)):
+            assert value == other[key], key
+        else:
+            assert other[key] is not None and value == pytest.approx(other[key], rel=rel, abs=abs), key
 
 
 def assert_matches(rec, ref, keys=None):
@@ -282,8 +296,8 @@ def test_chunked_batch_equals_one_chunk(monkeypatch):
                 loss_of(m(x)).backward()
                 m.qkv.weight.data += 0.01 * m.qkv.weight.grad
         records.append(w.records[1])
-    for key, value in records[0].items():
-        assert value == pytest.approx(records[1][key], rel=1e-12, abs=1e-15), key
+    assert records[0]["js"] is not None
+    assert_records_close(records[0], records[1])
 
 
 def test_unsupported_multihead_attention_raises_and_leaves_no_hooks():
@@ -457,8 +471,8 @@ def test_between_records_the_submodules_carry_no_hooks_and_sdpa_is_restored():
             assert F.scaled_dot_product_attention is original
             assert all(not m._forward_pre_hooks and not m._forward_hooks for m in submodules)
             loss_of(y).backward()
-    assert [(r["site"], r["step"]) for r in w.records] == [("layers.1.self_attn", 0), ("layers.0.self_attn", 0),
-                                                          ("layers.1.self_attn", 2), ("layers.0.self_attn", 2)]
+    assert [(r["site"], r["step"]) for r in w.records] == [("layers.0.self_attn", 0), ("layers.1.self_attn", 0),
+                                                          ("layers.0.self_attn", 2), ("layers.1.self_attn", 2)]
     assert all(r["js"] is not None for r in w.records[2:])
 
     class Boom(nn.Module):
@@ -503,10 +517,9 @@ def test_grouped_sites_equal_sites_evaluated_alone(monkeypatch):
                         p -= 0.05 * p.grad
                         p.grad = None
         records.append(w.records)
-    assert [r["site"] for r in records[0]] == [r["site"] for r in records[1]] == ["c", "b", "a"] * 3
+    assert [r["site"] for r in records[0]] == [r["site"] for r in records[1]] == ["a", "b", "c"] * 3
     for one, alone in zip(*records):
-        for key, value in one.items():
-            assert value == pytest.approx(alone[key], rel=1e-12, abs=1e-15) if value is not None else alone[key] is None, key
+        assert_records_close(one, alone)
     # V is a parameter updated in place: its drift is measured against a copy
     assert all(r["js"] is not None and min(r["v_change"]) > 1e-3 for recs in records for r in recs[3:])
 
@@ -519,7 +532,7 @@ def test_drift_is_none_when_a_sites_group_changes():
             model().backward()
     by_step = [{r["site"]: r for r in w.records if r["step"] == s} for s in range(4)]
     # a site is (module path, call index in the step): skipping a renumbers b and c, whose groups then differ
-    assert [(r["call"], r["js"] is None) for r in by_step[1].values()] == [(1, True), (0, True)]
+    assert [(r["call"], r["js"] is None) for r in by_step[1].values()] == [(0, True), (1, True)]
     # at step 2 the sites are step 0's again, with their groups: drift against step 0
     assert all(r["js"] is not None and r["v_change"] is not None for s in (2, 3) for r in by_step[s].values())
 
@@ -561,7 +574,7 @@ def test_a_backward_pass_that_raises_leaves_the_next_step_recorded():
         model.a.q._backward_hooks.clear()
         out.backward(retain_graph=True)  # the same step's backward again, now whole
         model().backward()
-    assert [(r["site"], r["step"]) for r in w.records] == [(s, step) for step in (0, 1) for s in "cba"]
+    assert [(r["site"], r["step"], r["passes"]) for r in w.records] == [(s, step, 1) for step in (0, 1) for s in "abc"]
 
 
 def test_grouped_sites_whose_masks_broadcast_differently():
@@ -584,7 +597,7 @@ def test_grouped_sites_whose_masks_broadcast_differently():
             with watch(m) as w:
                 loss_of(m(x, memory, **kw)).backward()
         records.append(w.records)
-    assert [r["site"] for r in records[0]] == ["multihead_attn", "self_attn"]
+    assert [r["site"] for r in records[0]] == ["self_attn", "multihead_attn"]
     for one, alone in zip(*records):
         for key in ("entropy", "adv_max", "c9_slack", "resp_min", "dS_norm", "dV_norm"):
             assert one[key] == pytest.approx(alone[key], rel=1e-12, abs=1e-15), key
@@ -716,7 +729,7 @@ def test_summary_is_the_last_records_mean_over_heads():
     summary = w.summary()["<root>#0"]
     assert set(summary) == {"step", *W_ENTRIES} and summary["step"] == 1
     assert summary["entropy"] == pytest.approx(sum(last["entropy"]) / 3) and summary["c9_slack"] == min(last["c9_slack"])
-    assert set(last) == {"site", "call", "step", "heads", "dropout_p", *W_ENTRIES}
+    assert set(last) == {"site", "call", "step", "heads", "dropout_p", "passes", *W_ENTRIES}
 
 
 def test_record_next_records_exactly_the_steps_asked_for():
@@ -736,3 +749,225 @@ def test_record_next_records_exactly_the_steps_asked_for():
     assert [r["step"] for r in w.records] == [0, 1, 4]
     with pytest.raises(ValueError, match="positive int or None"):
         watch(model, every=0)
+
+
+class ThreeOutputs(nn.Module):
+    """TwoSites' three sites (a and b one group, c another), their outputs returned for the losses to combine."""
+
+    def __init__(self):
+        super().__init__()
+        self.a, self.b, self.c = Heads(6, 8, seed=1), Heads(6, 8, seed=2), Heads(6, 11, seed=3)
+
+    def forward(self):
+        return self.a(), self.b(), self.c()
+
+
+def two_losses(outs):
+    return sum(o.sum() * (i + 1) for i, o in enumerate(outs)), sum(o.square().sum() for o in outs)
+
+
+def sgd(model, lr=0.05):
+    with torch.no_grad():
+        for p in model.parameters():
+            p -= lr * p.grad
+            p.grad = None
+
+
+def test_backward_passes_of_one_step_are_summed_into_one_record():
+    """loss1.backward(retain_graph=True); loss2.backward() after one forward: one record per site and step, equal
+    to a single backward of loss1 + loss2 (u summed over the step's passes), drift against the previous step."""
+    records, summaries = {}, {}
+    for passes in (1, 2):
+        model = ThreeOutputs()
+        with watch(model) as w:
+            for _ in range(3):
+                loss1, loss2 = two_losses(model())
+                if passes == 1:
+                    (loss1 + loss2).backward()
+                else:
+                    loss1.backward(retain_graph=True)
+                    loss2.backward()
+                sgd(model)
+        records[passes], summaries[passes] = w.records, w.summary()
+    assert [(r["site"], r["step"]) for r in records[2]] == [(s, t) for t in range(3) for s in "abc"]
+    assert [r["passes"] for r in records[1]] == [1] * 9 and [r["passes"] for r in records[2]] == [2] * 9
+    for one, two in zip(records[1], records[2]):
+        assert_records_close(one, two, skip=("passes",))
+    assert all(r["js"] is not None and min(r["js"]) > 0 for r in records[2][3:])
+    assert summaries[1].keys() == summaries[2].keys()
+    for key, entry in summaries[1].items():
+        assert entry == pytest.approx(summaries[2][key], rel=1e-12, abs=1e-15)
+
+
+def test_a_gradient_penalty_step_gives_one_record_per_site():
+    """torch.autograd.grad(..., create_graph=True), then backward of the loss and the penalty: one record per
+    site and step, with passes = 2 (u is the sum of the two passes' dL/do)."""
+    from torch.nn.attention import SDPBackend, sdpa_kernel
+    model = ThreeOutputs()
+    with watch(model) as w:
+        for _ in range(2):
+            with sdpa_kernel(SDPBackend.MATH):  # a double backward through SDPA
+                loss, _ = two_losses(model())
+            grads = torch.autograd.grad(loss, list(model.parameters()), create_graph=True)
+            (loss + sum(g.square().sum() for g in grads)).backward()
+            sgd(model, 1e-3)
+    assert [(r["site"], r["step"], r["passes"]) for r in w.records] == [(s, t, 2) for t in range(2) for s in "abc"]
+    assert all(r["js"] is not None for r in w.records[3:])
+
+
+def test_a_mask_changed_in_place_after_its_forward_is_read_as_it_was():
+    """A bool mask buffer changed in place between two forwards whose losses share one backward: each step is
+    evaluated with the mask its forward used."""
+    model = Heads(6, 8)
+    flipped = model.mask.clone()
+    flipped[:, 1:] = ~flipped[:, 1:]
+    alone = []
+    for mask in (model.mask, flipped):
+        m = copy.deepcopy(model)
+        m.mask = mask.clone()
+        with watch(m) as w:
+            loss_of(m()).backward()
+        alone.append(w.records[0])
+    m = copy.deepcopy(model)
+    with watch(m) as w:
+        first = loss_of(m())
+        m.mask.copy_(flipped)
+        (first + loss_of(m())).backward()
+    assert [r["step"] for r in w.records] == [0, 1]
+    for rec, ref in zip(w.records, alone):
+        assert_records_close(rec, ref, skip=("step", "js", "v_change"))
+
+
+class Rotary(nn.Module):
+    """q and k scaled by a float32 buffer after an in-projection (as RoPE does): under bfloat16 autocast q, k
+    reach SDPA as float32 and v as bfloat16."""
+
+    def __init__(self):
+        super().__init__()
+        self.qkv = nn.Linear(D, 3 * D)
+        self.register_buffer("rot", torch.linspace(0.5, 1.5, D // H))
+        self.seen = None
+
+    def forward(self, x):
+        q, k, v = (t.reshape(N, L, H, D // H).transpose(1, 2) for t in self.qkv(x).chunk(3, -1))
+        q, k = q * self.rot, k * self.rot
+        self.seen = (q.detach(), k.detach(), v.dtype)
+        return F.scaled_dot_product_attention(q, k, v, is_causal=True)
+
+
+def test_mixed_dtypes_under_autocast_are_watched_in_a_common_dtype():
+    torch.manual_seed(0)
+    x = torch.randn(N, L, D)
+    model = Rotary()
+    results = []
+    for watched in (False, True):
+        m = copy.deepcopy(model)
+        with watch(m) if watched else _null() as w:
+            with torch.autocast("cpu", dtype=torch.bfloat16):
+                y = m(x)
+            y.float().square().sum().backward()  # raised a dtype error from the generated code
+        results.append(([y.detach()], [p.grad for p in m.parameters()]))
+    assert_unchanged(results)
+    q, k, v_dtype = m.seen
+    assert (q.dtype, k.dtype, v_dtype) == (torch.float32, torch.float32, torch.bfloat16)
+    alpha = torch.softmax((q @ k.mT / math.sqrt(D // H)).masked_fill(~torch.ones(L, L, dtype=torch.bool).tril(), -math.inf), -1)
+    entropy = -(alpha * alpha.clamp_min(1e-30).log()).sum(-1).mean((0, 2))
+    (rec,) = w.records
+    assert rec["entropy"] == pytest.approx(entropy.tolist(), rel=1e-5)
+    mha = nn.MultiheadAttention(D, H, batch_first=True)  # need_weights=True: u from (dL/d out) W_out
+    with watch(mha) as w:
+        with torch.autocast("cpu", dtype=torch.bfloat16):
+            y = mha(x, x, x)[0]
+        y.float().square().sum().backward()  # raised: bfloat16 dL/d out times the float32 W_out
+    assert all(math.isfinite(e) for e in w.records[0]["entropy"])
+
+
+def test_a_watcher_that_recorded_nothing_warns_why():
+    from numeric.watch import WatchWarning
+    model = Heads(6, 8)
+    w = watch(model)  # never entered
+    loss_of(model()).backward()
+    with pytest.warns(WatchWarning, match="never entered.*with watch"):
+        assert w.records == []
+    with pytest.warns(WatchWarning, match="never entered"):
+        assert w.summary() == {}
+    with watch(model) as w:
+        loss_of(model.forward()).backward()  # the hooks never run
+        with torch.no_grad():
+            model()  # not a step
+    with pytest.warns(WatchWarning, match=r"no step.*model\(\.\.\.\)"):
+        assert w.summary() == {}
+    with watch(nn.Linear(3, 3)) as w:  # steps, no attention
+        w.model(torch.randn(2, 3)).sum().backward()
+    with pytest.warns(WatchWarning, match="no attention call"):
+        assert w.records == []
+    with watch(model) as w:
+        loss_of(model()).backward()
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        assert len(w.records) == 1 and w.summary()
+
+
+def test_records_are_in_step_then_forward_call_order():
+    """Backward reaches TwoSites' sites in the reverse of the forward order (c, then the group of a and b); with
+    two forwards before their backwards, the later step's backward runs first. Records are in step order, and
+    within a step in the order of the forward calls."""
+    model = TwoSites()
+    with watch(model) as w:
+        for _ in range(2):
+            model().backward()
+        first, second = model(), model()
+        second.backward()
+        first.backward()
+    assert [(r["step"], r["site"], r["call"]) for r in w.records] == [(t, s, i) for t in range(4) for i, s in enumerate("abc")]
+    assert all(r["js"] is not None for r in w.records[3:])
+
+
+class CompiledPair(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.first, self.second = Heads(6, 8, seed=1), Heads(6, 8, seed=2)
+
+    def forward(self):
+        return self.second().sum() + self.first().square().sum()
+
+
+def test_a_compiled_model_is_refused_and_its_uncompiled_module_recorded_under_the_same_names():
+    """The watcher does not see SDPA inside a torch.compile graph: a compiled model, a compiled submodule or a
+    compiled wrapper of the watched model run on a recorded step raise, naming the fix (watch the uncompiled
+    module, run it on the recorded steps); so used, the records are those of a model never compiled."""
+    torch._dynamo.reset()
+    with pytest.raises(ValueError, match="uncompiled"):
+        with watch(torch.compile(CompiledPair(), backend="eager")):
+            pass
+    model = CompiledPair()
+    model.first = torch.compile(model.first, backend="eager")
+    with pytest.raises(ValueError, match="uncompiled"):
+        with watch(model):
+            pass
+    model = CompiledPair()
+    model.compile(backend="eager")
+    with pytest.raises(ValueError, match="uncompiled"):
+        with watch(model):
+            pass
+    original = F.scaled_dot_product_attention
+    records = []
+    for compiled in (False, True):
+        model = CompiledPair()
+        fast = torch.compile(model, backend="aot_eager") if compiled else model
+        with watch(model, every=None) as w:
+            for step in range(4):
+                if step in (0, 3):
+                    w.record_next()
+                (model() if step in (0, 3) else fast()).backward()
+                sgd(model)
+            if compiled:
+                w.record_next()
+                with pytest.raises(RuntimeError, match="uncompiled"):
+                    fast()
+                assert F.scaled_dot_product_attention is original and torch._C._len_torch_function_stack() == 0
+        records.append(w.records)
+    assert [(r["site"], r["step"]) for r in records[1]] == [("second", 0), ("first", 0), ("second", 3), ("first", 3)]
+    for one, other in zip(*records):
+        assert_records_close(one, other)
+    torch._dynamo.reset()
