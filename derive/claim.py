@@ -38,8 +38,16 @@ class Identity:
     # "single": the logits are W_O^T o; "concat": the head is one of several concatenated before W_O, the
     # other heads' share of the logits a free leaf R (derive.model.READOUTS).
     readout: str = "single"
+    # How routing logits become weights (derive.mechanisms): "softmax" (the paper), "sigmoid", "linear", ...
+    mechanism: str = "softmax"
 
     def __post_init__(self):
+        from derive import mechanisms
+
+        try:
+            mechanisms.get(self.mechanism)
+        except ValueError as exc:
+            raise ValueError(f"identity {self.name!r}: {exc}") from None
         if not isinstance(self.free, tuple) or any(d not in DIMS for d in self.free):
             raise ValueError(f"identity {self.name!r}: free must be a tuple of dimensions among {DIMS}, got {self.free!r}")
         if self.level not in LEVELS:
@@ -61,7 +69,7 @@ class Identity:
 
     def setting(self, loss="ce", masked=True, level=None) -> Setting:
         """The model setting of this identity (every path builds its model from this)."""
-        return Setting(level or self.level, loss, masked, self.mask_algebra, self.readout)
+        return Setting(level or self.level, loss, masked, self.mask_algebra, self.readout, self.mechanism)
 
 
 @dataclass(frozen=True)

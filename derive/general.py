@@ -23,7 +23,7 @@ class GeneralBackend(AttentionModel):
     """The model at general (symbolic) size."""
 
     sizes = {dim: sp.Symbol(SIZE_NAMES[dim], integer=True, positive=True) for dim in DIMS}
-    scalars = {"c": sp.Symbol("c", positive=True), "eta": sp.Symbol("eta", positive=True)}
+    scalars = {"c": sp.Symbol("c", positive=True), "eta": sp.Symbol("eta", positive=True), "beta": sp.Symbol("beta", real=True)}
 
     def __init__(self, setting, context=""):
         super().__init__(setting, context)

@@ -47,8 +47,9 @@ LEVELS = {
     "readout": {"o", "WO"},
 }
 LOSSES = ("linear", "ce")
-# Scalar symbols a claim may use or differentiate by (m.c, m.eta; m.grad(f, "c")).
-SCALARS = ("c", "eta")
+# Scalar symbols a claim may use or differentiate by (m.c, m.eta, m.beta; m.grad(f, "c")). beta is a
+# mechanism's free bias (sigmoid attention's sigma(s + beta)); the softmax model does not read it.
+SCALARS = ("c", "eta", "beta")
 # Leaves downstream of the attention output o (and U, the linearised loss's own): a claim that
 # touches them, or differentiates by them or by o, is proved at the full cross-entropy loss.
 READOUT_LEAVES = ("WO", "Y", "U", "R")
@@ -80,8 +81,12 @@ class Setting:
     masked: bool
     mask_algebra: str = "boolean"  # "causal": the general path may also use M_ii = 1 and transitivity
     readout: str = "single"  # "concat": the logits also receive the other heads' share R (READOUTS)
+    mechanism: str = "softmax"  # how routing logits become weights (derive.mechanisms)
 
     def __post_init__(self):
+        from derive import mechanisms
+
+        mechanisms.get(self.mechanism)  # a ValueError naming the known ones
         if self.readout not in READOUTS:
             raise ValueError(f"unknown readout {self.readout!r}; expected one of {READOUTS}")
         if self.mask_algebra not in MASK_ALGEBRAS:
@@ -108,7 +113,10 @@ class AttentionModel:
     """The paper's quantities, defined once in terms of a backend's primitives."""
 
     def __init__(self, setting: Setting, context: str = ""):
+        from derive import mechanisms
+
         self.setting = setting
+        self.mechanism = mechanisms.get(setting.mechanism)
         self.context = context  # names the claim in error messages
         self._cache = {}
         # What the claim touched (see `linearisation_exact`): public loss / grad uses, derived names.
@@ -245,6 +253,10 @@ class AttentionModel:
     def eta(self):
         return self.scalar("eta")
 
+    @property
+    def beta(self):
+        return self.scalar("beta")
+
     def mask(self, i, j):
         """M_ij: 1 where position i may attend to j (free 0/1 symbol when masked)."""
         self._same_range("mask", (i, j), "n")
@@ -281,10 +293,10 @@ class AttentionModel:
 
     @memo
     def s(self, i, j):
-        """s_ij = c q_i . k_j."""
+        """The routing logit s_ij: the mechanism's score of q_i and k_j (softmax: c q_i . k_j)."""
         if self.setting.level == "scores":
             return self.leaf("s", i, j)
-        return self.c * self.sum("dk", lambda a: self.q(i, a) * self.k(j, a))
+        return self.mechanism.score(self, i, j)
 
     @memo
     def e(self, i, j):
@@ -297,10 +309,11 @@ class AttentionModel:
 
     @memo
     def alpha(self, i, j):
-        """alpha_ij = M_ij exp(s_ij) / sum_k M_ik exp(s_ik)."""
+        """The routing weight: the mechanism's function of the logits and the mask (softmax:
+        alpha_ij = M_ij exp(s_ij) / sum_k M_ik exp(s_ik))."""
         if self.setting.level == "alpha":
             return self.leaf("alpha", i, j)
-        return self.mask(i, j) * self.e(i, j) / self.Z(i)
+        return self.mechanism.weight(self, i, j)
 
     @memo
     def o(self, i, a):

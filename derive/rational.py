@@ -90,7 +90,7 @@ class RationalBackend(AttentionModel):
         return self.graph.leaf(label(name, ix))
 
     def scalar(self, name):
-        return self.graph.leaf(name, positive=True)  # c and eta are positive
+        return self.graph.leaf(name, positive=name != "beta")  # c and eta are positive; a mechanism's bias beta is any real
 
     def mask_entry(self, i, j):
         return 1 if j.value <= i.value else 0

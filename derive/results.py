@@ -96,7 +96,7 @@ class Results:
         """The `derive` entries, with the kill matrix computed from the checks (derive.verdict.kill_matrix)."""
         from derive.verdict import kill_matrix
 
-        out = {k: v for k, v in self.derive.items() if k != "kill_matrix"}
+        out = {k: v for k, v in self.derive.items() if k not in ("kill_matrix", "mechanisms")}
         kill = kill_matrix(self.checks)
         return {**out, "kill_matrix": kill} if kill else out
 
@@ -122,6 +122,8 @@ class Results:
             "benchmarks": self.benchmarks,
             "experiments": self.experiments,
             "derive": self.derive_entries(),
+            # mechanism x question -> verdict (derive.mechanisms.table), written by the derive stage
+            "mechanisms": self.derive.get("mechanisms", {}),
         }
 
     def write(self, out_dir):
@@ -143,8 +145,11 @@ class Results:
         except (TypeError, ValueError) as exc:
             raise ResultsError(f"{source}: a check cannot be read: {exc}") from exc
         claims = {c["id"]: c for c in data["claims"] if not _placeholder(c)}
+        derive = dict(data.get("derive", {}))
+        if data.get("mechanisms"):
+            derive["mechanisms"] = dict(data["mechanisms"])
         return cls(dict(data["environment"]), checks, claims, list(data.get("benchmarks", [])),
-                   dict(data.get("experiments", {})), dict(data.get("derive", {})), dict(data.get("stages", {})))
+                   dict(data.get("experiments", {})), derive, dict(data.get("stages", {})))
 
     @classmethod
     def read(cls, path):
@@ -180,7 +185,8 @@ def read_json(path):
 
 
 _SECTIONS = {"environment": dict, "checks": list, "claims": list}  # required
-_OPTIONAL = {"stages": dict, "benchmarks": list, "experiments": dict, "derive": dict, "inconsistencies": list}
+_OPTIONAL = {"stages": dict, "benchmarks": list, "experiments": dict, "derive": dict, "inconsistencies": list,
+             "mechanisms": dict}
 _JSON_TYPE = {dict: "an object", list: "a list"}
 
 

@@ -43,12 +43,19 @@ class DeriveStage:
         verdict.assign(self.results, selected)
         if not self.only:
             self.engine_mutants()
+            self.mechanisms()
         from derive.rational import BOUND
 
         self.results.derive["rational_bound"] = BOUND
         self.results.derive["paths"] = list(PATHS) + ["adversarial"]
         self.results.derive["fixed_size_timings"] = self.per_size
         self.benchmark(selected)
+
+    def mechanisms(self):
+        """Every built-in routing mechanism x structural question on every path (derive.mechanisms.table)."""
+        from derive.mechanisms import table
+
+        table.build(self.results, self.options(), self.log)
 
     # -- the engine's own negative controls ---------------------------------------------------------
     def engine_mutants(self):

@@ -1,0 +1,42 @@
+"""Routing mechanisms: how routing logits become weights, one file each.
+
+A mechanism is a value (`Mechanism`) that `derive.model.AttentionModel` asks for two things: the
+routing logit s_ij of query i and key j at the q/k level (`score`) and the weight w_ij as a function of
+the logits and the mask (`weight`). The projections, the mixing o_i = sum_j w_ij v_j, the readout and
+the loss stay written once in the model, so every proof path interprets every mechanism. Each file
+also holds the mechanism's structural claims (derive.mechanisms.questions) and their mutants.
+
+Adding a mechanism is adding a file here and its name to `BUILTIN`.
+"""
+from __future__ import annotations
+
+import importlib
+
+from derive.mechanisms.base import Mechanism
+
+BUILTIN = ("softmax", "sigmoid", "linear")
+REGISTRY: dict = {}
+
+
+def register(mechanism: Mechanism) -> Mechanism:
+    if not isinstance(mechanism, Mechanism):
+        raise TypeError(f"register takes a Mechanism, got {type(mechanism).__name__}")
+    if mechanism.name in REGISTRY and REGISTRY[mechanism.name] is not mechanism:
+        raise ValueError(f"mechanism {mechanism.name!r} is registered already")
+    REGISTRY[mechanism.name] = mechanism
+    return mechanism
+
+
+def get(name: str) -> Mechanism:
+    """The mechanism called `name` (built-ins are loaded on first use)."""
+    if name not in REGISTRY and name in BUILTIN:
+        importlib.import_module(f"derive.mechanisms.{name}")
+    if name not in REGISTRY:
+        known = ", ".join(sorted(set(BUILTIN) | set(REGISTRY)))
+        raise ValueError(f"unknown mechanism {name!r}; the known ones are {known}")
+    return REGISTRY[name]
+
+
+def builtin():
+    """Every built-in mechanism, in table order."""
+    return [get(name) for name in BUILTIN]

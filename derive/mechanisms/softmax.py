@@ -1,0 +1,22 @@
+"""Softmax attention (the paper): w_ij = M_ij e^{s_ij} / sum_k M_ik e^{s_ik}, s_ij = c q_i . k_j.
+Its routing gradient is the advantage w_ij (b_ij - sum_k w_ik b_ik) (C1)."""
+from derive.mechanisms import register
+from derive.mechanisms.base import Mechanism, Mutant
+from derive.mechanisms.forms import advantage, per_key
+
+
+def score(m, i, j):
+    return m.c * m.sum("dk", lambda a: m.q(i, a) * m.k(j, a))
+
+
+def weight(m, i, j):
+    return m.mask(i, j) * m.e(i, j) / m.Z(i)
+
+
+MECHANISM = register(Mechanism(
+    "softmax", "softmax attention", score, weight, routing=advantage, normalised=True,
+    latex=r"w_{ij}=\frac{M_{ij}e^{s_{ij}}}{\sum_k M_{ik}e^{s_{ik}}},\ s_{ij}=c\,q_i\cdot k_j",
+    routing_latex=r"\frac{\partial L}{\partial s_{ij}}=w_{ij}\big(b_{ij}-\textstyle\sum_k w_{ik}b_{ik}\big)",
+    ref="the paper (scaled dot-product attention)",
+    mutants=(Mutant("softmax-per-key", "routing", "sigmoid attention's per-key form w(1-w)b", per_key),
+             Mutant("softmax-no-baseline", "routing", "the baseline dropped: w b", lambda m, i, j: m.alpha(i, j) * m.b(i, j)))))
