@@ -1,6 +1,5 @@
 """Routing mechanisms as values (derive.mechanisms): the model interprets any of them on every path, the
 structural questions are decided at general size, witnesses re-check, and every mutant is rejected."""
-import math
 
 import pytest
 import torch
@@ -65,24 +64,6 @@ def test_the_paper_form_is_among_sigmoid_mutants():
     assert any(mu.closed is questions.advantage for mu in sigmoid.mutants)
 
 
-def test_the_mechanism_is_what_the_model_computes():
-    """The rational backend's weights at an exact point equal torch's sigmoid / softmax of log-kernels."""
-    for name in ("sigmoid", "linear", "softmax"):
-        ident = questions.identities(name)["content"]
-        m = RationalBackend(ident.setting("ce", False), {"n": 3, "dk": 2, "dv": 2, "m": 2, "dx": 2}, 0)
-        from derive.fixed import Ix
-        from derive.graph import float_value, lift
-        ix = [Ix("n", r) for r in range(3)]
-        w = [[float_value(lift(m.alpha(i, j))) for j in ix] for i in ix]
-        q = torch.tensor([[float_value(lift(m.q(i, Ix("dk", a)))) for a in range(2)] for i in ix], dtype=torch.float64)
-        k = torch.tensor([[float_value(lift(m.k(i, Ix("dk", a)))) for a in range(2)] for i in ix], dtype=torch.float64)
-        c, beta = float_value(lift(m.c)), float_value(lift(m.beta))
-        want = {"softmax": torch.softmax(c * q @ k.T, -1), "sigmoid": torch.sigmoid(c * q @ k.T + beta),
-                "linear": (q.exp() @ k.exp().T) / (q.exp() @ k.exp().T).sum(-1, keepdim=True)}[name]
-        assert torch.allclose(torch.tensor(w, dtype=torch.float64), want, rtol=1e-12, atol=0), name
-        assert not math.isnan(w[0][0])
-
-
 def test_an_unknown_mechanism_is_refused_by_name():
     with pytest.raises(ValueError, match="unknown mechanism 'tanh'; the known ones are linear, sigmoid, softmax"):
         Identity("x", ("n",), "scores", lambda m, i: 0, lambda m, i: 0, "", mechanism="tanh")
@@ -111,3 +92,22 @@ def test_softmax_mechanism_leaves_the_paper_claims_alone():
     c3 = claims.REGISTRY["C3"].parts[0]
     assert c3.mechanism == "softmax"
     assert run_path("general", c3, True, "C3", OPTIONS).status == "proved"
+
+
+@pytest.mark.parametrize("name", mechanisms.BUILTIN)
+def test_the_plain_torch_reference_is_the_mechanism(name):
+    """Each mechanism's torch reference equals the weights the proof paths compute (rational backend, exact
+    point, float64), causal mask included."""
+    from derive.fixed import Ix
+    from derive.graph import float_value, lift
+    mech = mechanisms.get(name)
+    for masked in (False, True):
+        ident = questions.identities(name)["content"]
+        m = RationalBackend(ident.setting("ce", masked), {"n": 4, "dk": 3, "dv": 2, "m": 2, "dx": 2}, 1)
+        ix, dk = [Ix("n", r) for r in range(4)], [Ix("dk", a) for a in range(3)]
+        ours = torch.tensor([[float_value(lift(m.alpha(i, j))) for j in ix] for i in ix], dtype=torch.float64)
+        q = torch.tensor([[float_value(lift(m.q(i, a))) for a in dk] for i in ix], dtype=torch.float64)
+        k = torch.tensor([[float_value(lift(m.k(i, a))) for a in dk] for i in ix], dtype=torch.float64)
+        mask = torch.ones(4, 4, dtype=torch.float64).tril() if masked else None
+        want = mech.reference(q, k, mask, float_value(lift(m.c)), float_value(lift(m.beta)))
+        assert torch.allclose(ours, want, rtol=1e-12, atol=1e-15), (name, masked)

@@ -12,8 +12,17 @@ def score(m, i, j):
     return m.log(m.sum("dk", lambda a: m.exp(m.q(i, a)) * m.exp(m.k(j, a))))
 
 
+def reference(q, k, mask, c, beta):
+    """kappa = phi(q) phi(k)^T with phi = exp, normalised over allowed keys (a row with none is 0)."""
+    kappa = q.exp() @ k.exp().mT
+    if mask is not None:
+        kappa = kappa * mask
+    total = kappa.sum(-1, keepdim=True)
+    return kappa / total.masked_fill(total == 0, 1.0)
+
+
 MECHANISM = register(Mechanism(
-    "linear", "normalised linear attention", score, weight, routing=advantage, normalised=True,
+    "linear", "normalised linear attention", score, weight, routing=advantage, reference=reference, normalised=True,
     latex=r"w_{ij}=\frac{M_{ij}\kappa_{ij}}{\sum_l M_{il}\kappa_{il}},\ \kappa_{ij}=\phi(q_i)\cdot\phi(k_j),\ "
           r"\phi=\exp,\ s_{ij}=\log\kappa_{ij}",
     routing_latex=r"\frac{\partial L}{\partial \log\kappa_{ij}}=w_{ij}\big(b_{ij}-\textstyle\sum_k w_{ik}b_{ik}\big)",

@@ -17,8 +17,13 @@ def weight(m, i, j):
     return m.mask(i, j) * sigma(m, m.s(i, j) + m.beta)
 
 
+def reference(q, k, mask, c, beta):
+    w = (c * q @ k.mT + beta).sigmoid()
+    return w if mask is None else w * mask
+
+
 MECHANISM = register(Mechanism(
-    "sigmoid", "sigmoid attention", score, weight, routing=per_key, normalised=False,
+    "sigmoid", "sigmoid attention", score, weight, routing=per_key, reference=reference, normalised=False,
     latex=r"w_{ij}=M_{ij}\,\sigma(s_{ij}+\beta),\ s_{ij}=c\,q_i\cdot k_j",
     routing_latex=r"\frac{\partial L}{\partial s_{ij}}=w_{ij}(1-w_{ij})\,b_{ij}",
     ref="sigmoid attention, arXiv 2409.04431",

@@ -13,8 +13,18 @@ def weight(m, i, j):
     return m.mask(i, j) * m.e(i, j) / m.Z(i)
 
 
+def reference(q, k, mask, c, beta):
+    """softmax over allowed keys; a row with none allowed is 0 (no NaN)."""
+    s = c * q @ k.mT
+    if mask is None:
+        return s.softmax(-1)
+    e = (s - s.masked_fill(mask == 0, float("-inf")).amax(-1, keepdim=True).nan_to_num(0.0, 0.0, 0.0)).exp() * mask
+    total = e.sum(-1, keepdim=True)
+    return e / total.masked_fill(total == 0, 1.0)
+
+
 MECHANISM = register(Mechanism(
-    "softmax", "softmax attention", score, weight, routing=advantage, normalised=True,
+    "softmax", "softmax attention", score, weight, routing=advantage, reference=reference, normalised=True,
     latex=r"w_{ij}=\frac{M_{ij}e^{s_{ij}}}{\sum_k M_{ik}e^{s_{ik}}},\ s_{ij}=c\,q_i\cdot k_j",
     routing_latex=r"\frac{\partial L}{\partial s_{ij}}=w_{ij}\big(b_{ij}-\textstyle\sum_k w_{ik}b_{ik}\big)",
     ref="the paper (scaled dot-product attention)",
