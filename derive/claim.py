@@ -45,11 +45,11 @@ class Identity:
         from derive import mechanisms
 
         try:
-            mechanisms.get(self.mechanism)
+            dims = DIMS + tuple(mechanisms.get(self.mechanism).dims)
         except ValueError as exc:
             raise ValueError(f"identity {self.name!r}: {exc}") from None
-        if not isinstance(self.free, tuple) or any(d not in DIMS for d in self.free):
-            raise ValueError(f"identity {self.name!r}: free must be a tuple of dimensions among {DIMS}, got {self.free!r}")
+        if not isinstance(self.free, tuple) or any(d not in dims for d in self.free):
+            raise ValueError(f"identity {self.name!r}: free must be a tuple of dimensions among {dims}, got {self.free!r}")
         if self.level not in LEVELS:
             raise ValueError(f"identity {self.name!r}: unknown level {self.level!r}; expected one of {sorted(LEVELS)}")
         if self.loss not in ("any", "ce"):

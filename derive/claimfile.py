@@ -16,6 +16,7 @@ from pathlib import Path
 import sympy as sp
 
 from derive import claims as registry
+from derive import mechanisms
 from derive.model import ShapeError
 
 
@@ -30,21 +31,38 @@ def load(path) -> list:
         raise FileNotFoundError(f"extra claims file not found: {path}")
     builtin = set(registry.builtin_ids())
     before = set(registry.REGISTRY)
+    before_mechanisms = set(mechanisms.REGISTRY)
     try:
         _execute(path)
     except SyntaxError as exc:
         raise ClaimFileError(f"{path}:{exc.lineno}: syntax error: {exc.msg}") from exc
     except Exception as exc:
-        _drop(before)
+        _drop(before, before_mechanisms)
         raise ClaimFileError(f"{path}:{_line_in(path, exc)}: {_message(exc, builtin)}") from exc
     added = [cid for cid in registry.REGISTRY if cid not in before]
     try:
+        for name in [n for n in mechanisms.REGISTRY if n not in before_mechanisms]:
+            _check_mechanism(mechanisms.REGISTRY[name], path)
         for cid in added:
             check(registry.REGISTRY[cid], path)
     except BaseException:
-        _drop(before)  # nothing half-checked stays registered
+        _drop(before, before_mechanisms)  # nothing half-checked stays registered
         raise
     return added
+
+
+def _check_mechanism(mechanism, path):
+    """A mechanism the file registered: every question builds and its weight reads only logits and mask."""
+    from derive.mechanisms.check import MechanismError, check as check_mechanism
+
+    try:
+        check_mechanism(mechanism)
+    except MechanismError as exc:
+        code = getattr(exc.function, "__code__", None)
+        own = code.co_firstlineno if code and Path(code.co_filename).resolve() == path.resolve() else None
+        # the line in the file where it failed (the deepest frame there), else the function's own definition
+        line = _line_in(path, exc.__cause__, own) if exc.__cause__ is not None else (own or 1)
+        raise ClaimFileError(f"{path}:{line}: {exc}") from exc
 
 
 def _execute(path):
@@ -53,9 +71,11 @@ def _execute(path):
     spec.loader.exec_module(module)
 
 
-def _drop(before):
+def _drop(before, before_mechanisms=None):
     for cid in set(registry.REGISTRY) - before:
         del registry.REGISTRY[cid]
+    for name in set(mechanisms.REGISTRY) - (before_mechanisms if before_mechanisms is not None else set(mechanisms.REGISTRY)):
+        del mechanisms.REGISTRY[name]
 
 
 def _message(exc, builtin):

@@ -33,7 +33,7 @@ class RingBackend(AttentionModel):
 
     def __init__(self, setting, sizes: dict, context=""):
         super().__init__(setting, context)
-        self.sizes = dict(sizes)
+        self.sizes = self.mechanism_sizes(sizes)
         self.ring = DiffRing()
 
     def dim_of(self, ix):
@@ -73,23 +73,24 @@ class RingBackend(AttentionModel):
         return self.ring.d(f, x)
 
     def assignments(self, dims):
-        return assignments(self.sizes, dims, self.setting.masked)
+        return assignments(self.sizes, dims, self.setting.masked, self.mechanism.ordered)
 
     def equal(self, lhs, rhs):
         return self.ring.is_zero(lhs - rhs)
 
 
-def assignments(sizes, dims, masked=True):
+def assignments(sizes, dims, masked=True, ordered=("n",)):
     """The assignments of concrete indices to a claim's free index ranges that need checking.
 
     Relabelling the values of one range (a permutation of 0..size-1) is an automorphism of the model:
     every quantity is built from sums over full ranges, so an identity holds at an assignment iff it
     holds at its relabelled images. One representative per orbit suffices: for each range, only which
     free indices are equal matters (values 0, 1, 2, ... in order of first use). Positions (n) under
-    the causal mask are not relabelling-invariant and get every value."""
+    the causal mask are not relabelling-invariant and get every value, as do the mechanism's dims the mask
+    reads (`ordered`: a mixture of experts' selection)."""
     out = [()]
     for dim in dims:
-        if masked and dim == "n":
+        if masked and dim in ordered:
             out = [a + (Ix(dim, r),) for a in out for r in range(sizes[dim])]
             continue
         grown = []

@@ -55,6 +55,8 @@ SCALARS = ("c", "eta", "beta")
 READOUT_LEAVES = ("WO", "Y", "U", "R")
 LINEARISABLE = tuple(n for n in (*LEAVES, *SCALARS) if n not in READOUT_LEAVES + ("o",))
 MASK_ALGEBRAS = ("boolean", "causal")
+# The size of a mechanism's own free dim (experts) on the fixed-size paths when a grid does not give one.
+MECHANISM_DIM_SIZE = 3
 # "single": the logits are z_i = W_O^T o_i (one head). "concat": the head is one of several whose outputs are
 # concatenated before the output projection, z_i = [o^1_i; ...; o^H_i] W_O = sum_h W_O^{(h)T} o^h_i; the model
 # is head h, with W_O its block of the projection, and the leaf R_i = sum_{h' != h} W_O^{(h')T} o^{h'}_i the
@@ -161,15 +163,30 @@ class AttentionModel:
         return self._cache[key]
 
     # -- typed access ----------------------------------------------------------------------
+    def dims(self):
+        """The model's index ranges and the mechanism's own (e.g. experts e, a gate's options g)."""
+        return DIMS + tuple(self.mechanism.dims)
+
+    def mechanism_sizes(self, sizes):
+        """Fixed sizes completed with the mechanism's own dims: a fixed size (a gate's 2 options) or, for a
+        dim the mechanism leaves free (experts), MECHANISM_DIM_SIZE unless `sizes` gives one."""
+        return {**{d: (v or MECHANISM_DIM_SIZE) for d, v in self.mechanism.dims.items()}, **dict(sizes),
+                **{d: v for d, v in self.mechanism.dims.items() if v}}
+
     def _check_dim(self, dim):
-        if dim not in DIMS:
-            raise ShapeError(f"{self.context}: unknown dimension {dim!r}; the model's are {', '.join(DIMS)}")
+        if dim not in self.dims():
+            raise ShapeError(f"{self.context}: unknown dimension {dim!r}; the model's are {', '.join(self.dims())}")
+
+    def leaves(self):
+        """The model's leaves and the mechanism's own (e.g. the SSD decays ell_t), name -> index ranges."""
+        return {**LEAVES, **self.mechanism.leaves}
 
     def _check_indices(self, name, ix, what):
-        if name not in LEAVES:
-            known = ", ".join(list(LEAVES) + list(SCALARS))
+        leaves = self.leaves()
+        if name not in leaves:
+            known = ", ".join(list(leaves) + list(SCALARS))
             raise ShapeError(f"{self.context}: unknown leaf {name!r} in {what}; the model's are {known}")
-        dims = LEAVES[name]
+        dims = leaves[name]
         if len(ix) != len(dims):
             raise ShapeError(f"{self.context}: {name} takes {len(dims)} indices, got {len(ix)} in {what}")
         for pos, (i, want) in enumerate(zip(ix, dims)):
@@ -214,7 +231,8 @@ class AttentionModel:
         """What a derivative may be taken by: the level's free quantities, the leaves every level's loss reads
         (W_O, the targets Y), the free step Delta, and c, eta. Never the mask, nor a quantity the level derives;
         under readout "concat" never what every head shares (SHARED_ACROSS_HEADS)."""
-        free = sorted(LEVELS[self.setting.level] | {"WO", "Y", "Delta"}) + list(SCALARS)
+        own = {name for name, levels in self.mechanism.free.items() if self.setting.level in levels}
+        free = sorted(LEVELS[self.setting.level] | own | {"WO", "Y", "Delta"}) + list(SCALARS)
         return [n for n in free if n not in SHARED_ACROSS_HEADS] if self.setting.readout == "concat" else free
 
     def _check_free_variable(self, name, what):
@@ -242,7 +260,7 @@ class AttentionModel:
         return (not bad, ", ".join(bad))
 
     def _is_free(self, name):
-        return name in LEVELS[self.setting.level]
+        return name in LEVELS[self.setting.level] or self.setting.level in self.mechanism.free.get(name, ())
 
     # -- the forward model (the paper's setting) ---------------------------------------------
     @property
@@ -293,9 +311,10 @@ class AttentionModel:
 
     @memo
     def s(self, i, j):
-        """The routing logit s_ij: the mechanism's score of q_i and k_j (softmax: c q_i . k_j)."""
+        """The routing logit s_ij of query i for option j (a key, an expert, a gate's input): the mechanism's
+        score (softmax: c q_i . k_j), or its logit leaf at the scores level."""
         if self.setting.level == "scores":
-            return self.leaf("s", i, j)
+            return self.leaf(self.mechanism.logit_leaf, i, j)
         return self.mechanism.score(self, i, j)
 
     @memo
@@ -316,11 +335,16 @@ class AttentionModel:
         return self.mechanism.weight(self, i, j)
 
     @memo
+    def content(self, i, j, a):
+        """What option j offers query i (component a): v_j for attention, the mechanism's own otherwise."""
+        return self.mechanism.content(self, i, j, a) if self.mechanism.content else self.v(j, a)
+
+    @memo
     def o(self, i, a):
-        """o_i = sum_j alpha_ij v_j."""
+        """o_i = sum_j alpha_ij v_j (sum over the mechanism's options of weight times content)."""
         if self.setting.level == "readout":
             return self.leaf("o", i, a)
-        return self.sum("n", lambda j: self.alpha(i, j) * self.v(j, a))
+        return self.sum(self.mechanism.axis, lambda j: self.alpha(i, j) * self.content(i, j, a))
 
     def z_head(self, i, c):
         """This head's share of the logits, W_O^T o_i (all of them under readout "single")."""
@@ -365,13 +389,13 @@ class AttentionModel:
 
     @memo
     def b(self, i, j):
-        """Compatibility b_ij = u_i . v_j."""
-        return self.sum("dv", lambda a: self.u(i, a) * self.v(j, a))
+        """Compatibility b_ij = u_i . v_j (u_i . the content of option j)."""
+        return self.sum("dv", lambda a: self.u(i, a) * self.content(i, j, a))
 
     @memo
     def baseline(self, i):
         """The alpha-weighted mean compatibility E_{alpha_i}[b]."""
-        return self.sum("n", lambda k: self.alpha(i, k) * self.b(i, k))
+        return self.sum(self.mechanism.axis, lambda k: self.alpha(i, k) * self.b(i, k))
 
     @memo
     def dS(self, i, j):

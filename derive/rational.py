@@ -75,7 +75,7 @@ class RationalBackend(AttentionModel):
 
     def __init__(self, setting, sizes: dict, seed=0, context="", values=None, targets="one-hot"):
         super().__init__(setting, context)
-        self.sizes = dict(sizes)
+        self.sizes = self.mechanism_sizes(sizes)
         if values is None and targets == "one-hot":
             values = one_hot_targets(sizes, seed)
         self.graph = graph.Graph(random.Random(seed), values)
@@ -121,7 +121,7 @@ class RationalBackend(AttentionModel):
         return self.graph.grad(f, label(name, ix))
 
     def assignments(self, dims):
-        return assignments(self.sizes, dims, self.setting.masked)
+        return assignments(self.sizes, dims, self.setting.masked, self.mechanism.ordered)
 
     def real(self, prec=200):
         """The interval evaluator of this point at `prec` bits (memoised across calls)."""

@@ -12,9 +12,9 @@ from __future__ import annotations
 
 import importlib
 
-from derive.mechanisms.base import Mechanism
+from derive.mechanisms.base import ContentSpec, Mechanism, Mutant  # noqa: F401  (what a mechanism file needs)
 
-BUILTIN = ("softmax", "sigmoid", "linear")
+BUILTIN = ("softmax", "sigmoid", "linear", "ssd", "gate", "lstm", "moe")
 REGISTRY: dict = {}
 
 
@@ -40,3 +40,8 @@ def get(name: str) -> Mechanism:
 def builtin():
     """Every built-in mechanism, in table order."""
     return [get(name) for name in BUILTIN]
+
+
+def registered():
+    """The built-in mechanisms, then those a claims file registered."""
+    return builtin() + [m for name, m in REGISTRY.items() if name not in BUILTIN]

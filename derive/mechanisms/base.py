@@ -18,12 +18,32 @@ class Mutant:
 
 
 @dataclass(frozen=True)
+class ContentSpec:
+    """Where a mechanism's content lives, for the content and EM questions: the content leaf, its unit
+    (the free dims of one content item: a value v_j, an expert W_e, a cell's input H_io) and components
+    (the dims summed in the EM objective), the level at which the leaf is free, the responsibility-weighted
+    closed form closed(m, *unit, *comps), the mass N(m, *unit) its weights sum to, and the free step leaf."""
+
+    leaf: str
+    unit: tuple
+    comps: tuple
+    level: str
+    closed: Callable
+    mass: Callable
+    delta: str
+
+
+ATTENTION_CONTENT = ContentSpec("v", ("n",), ("dv",), "qk", lambda m, j, a: m.dV(j, a),
+                                lambda m, j: m.responsibility(j), "Delta")
+
+
+@dataclass(frozen=True)
 class Mechanism:
     """score(m, i, j): the routing logit s_ij at the q/k level (m the model, i and j position indices).
     weight(m, i, j): w_ij from the model's logits m.s and the mask m.mask (never from q, k directly).
     routing(m, i, j): the closed form of dL/ds_ij that holds for this mechanism (proved on every path).
-    reference(q, k, mask, c, beta): the weights (..., L, S) in plain torch from tensors q (..., L, d_k),
-    k (..., S, d_k), a 0/1 float mask broadcastable to the scores (or None), the scale c and bias beta,
+    reference(t): the weights (..., n, options) in plain torch from a dict of tensors named as the model's
+    leaves (q, k, X, ... and the mechanism's own), "mask" a 0/1 float mask (or None), "c" and "beta",
     written with tensor methods only (derive/ never imports torch): the independent oracle the numeric
     side checks generated code and the fuzzer's claims against.
     normalised: whether sum_j w_ij = 1 over allowed keys. latex/routing_latex: the formulas; ref: source."""
@@ -39,6 +59,27 @@ class Mechanism:
     routing_latex: str
     ref: str
     mutants: tuple = field(default_factory=tuple)
+    # Leaves of the mechanism's own (name -> index ranges) and the levels at which each is a free variable.
+    leaves: dict = field(default_factory=dict)
+    free: dict = field(default_factory=dict)
+    # Its own index ranges: name -> a fixed size (a gate's 2 options) or None (symbolic, like experts).
+    dims: dict = field(default_factory=dict)
+    # What the weights range over ("n": keys), the logit leaf at the scores level, and content(m, i, j, a):
+    # what option j offers query i (None: the values v_j, shared by every query).
+    axis: str = "n"
+    logit_leaf: str = "s"
+    content: Callable = None
+    # The content question: which leaf is the content, per unit (free dims) and component (summed dims);
+    # None: attention's (v_j, components a in dv, level qk). See derive.mechanisms.questions.
+    content_spec: ContentSpec = ATTENTION_CONTENT
+    # Further identities of the mechanism's own, each proved on every path (SSD: the decay gradient):
+    # (name, free dims, level, derived(m, *ix), closed(m, *ix), latex).
+    extra: tuple = ()
+
+    @property
+    def ordered(self):
+        """Dims whose values the mask pattern reads (positions; the axis when it is not positions)."""
+        return ("n",) if self.axis == "n" else ("n", self.axis)
 
     def __post_init__(self):
         if not self.name.isidentifier():

@@ -12,11 +12,11 @@ def score(m, i, j):
     return m.log(m.sum("dk", lambda a: m.exp(m.q(i, a)) * m.exp(m.k(j, a))))
 
 
-def reference(q, k, mask, c, beta):
+def reference(t):
     """kappa = phi(q) phi(k)^T with phi = exp, normalised over allowed keys (a row with none is 0)."""
-    kappa = q.exp() @ k.exp().mT
-    if mask is not None:
-        kappa = kappa * mask
+    kappa = t["q"].exp() @ t["k"].exp().mT
+    if t.get("mask") is not None:
+        kappa = kappa * t["mask"]
     total = kappa.sum(-1, keepdim=True)
     return kappa / total.masked_fill(total == 0, 1.0)
 

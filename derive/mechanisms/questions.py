@@ -23,9 +23,12 @@ from derive.mechanisms.forms import advantage
 from derive.prove import PATHS
 
 QUESTIONS = ("routing", "advantage", "competition", "content", "em_step")
-TITLES = {"routing": "its exact routing gradient", "advantage": "routes by advantage", "competition": "keys compete",
+COLUMNS = QUESTIONS + ("saturation",)  # the table's; saturation is an inequality (derive.mechanisms.saturation)
+TITLES = {"saturation": "C9's saturation bound",
+          "routing": "its exact routing gradient", "advantage": "routes by advantage", "competition": "keys compete",
           "content": "responsibility-weighted content", "em_step": "EM-normalised content step"}
 LATEX = {
+    "saturation": r"\sum_j\Big|\frac{\partial L}{\partial s_{ij}}\Big|\le 4\,(1-\max_j w_{ij})\max_j|b_{ij}|",
     "advantage": r"\frac{\partial L}{\partial s_{ij}} = w_{ij}\big(b_{ij}-\textstyle\sum_k w_{ik}b_{ik}\big)",
     "competition": r"\textstyle\sum_j \frac{\partial L}{\partial s_{ij}} = 0",
     "content": r"\frac{\partial L}{\partial v_j} = \textstyle\sum_i w_{ij}u_i",
@@ -34,40 +37,61 @@ LATEX = {
 }
 
 
-def _proximal(m, j, step):
-    linear = m.sum("dv", lambda a: m.derived_grad("v", j, a) * step(j, a))
-    return linear + m.responsibility(j) / (2 * m.eta) * m.sum("dv", lambda a: step(j, a) * step(j, a))
+def _sum_over(m, dims, body, ix=()):
+    """sum over each of `dims` in turn of body(*indices)."""
+    if not dims:
+        return body(*ix)
+    return m.sum(dims[0], lambda k: _sum_over(m, dims[1:], body, ix + (k,)))
 
 
-def _em_step(m, j, a):
-    return -m.eta * m.dV(j, a) / m.responsibility(j)
+def _em(spec):
+    """C10's completed square for one content unit: J(Delta) - J(Delta*) = N/(2 eta) ||Delta - Delta*||^2 with
+    J(step) = <dL/dcontent, step> + N/(2 eta) ||step||^2, N the unit's mass, Delta* = -eta closed / N."""
+    def star(m, unit, comps):
+        return -m.eta * spec.closed(m, *unit, *comps) / spec.mass(m, *unit)
 
+    def free(m, unit, comps):
+        return m.leaf(spec.delta, *unit, *comps)
 
-def _em_excess(m, j):
-    return _proximal(m, j, lambda j_, a: m.leaf("Delta", j_, a)) - _proximal(m, j, lambda j_, a: _em_step(m, j_, a))
+    def proximal(m, unit, step):
+        linear = _sum_over(m, spec.comps, lambda *c: m.derived_grad(spec.leaf, *unit, *c) * step(m, unit, c))
+        return linear + spec.mass(m, *unit) / (2 * m.eta) * _sum_over(m, spec.comps, lambda *c: step(m, unit, c) ** 2)
 
+    def excess(m, *unit):
+        return proximal(m, unit, free) - proximal(m, unit, star)
 
-def _em_gap(m, j):
-    return m.responsibility(j) / (2 * m.eta) * m.sum("dv", lambda a: (m.leaf("Delta", j, a) - _em_step(m, j, a)) ** 2)
+    def gap(m, *unit):
+        return spec.mass(m, *unit) / (2 * m.eta) * _sum_over(
+            m, spec.comps, lambda *c: (free(m, unit, c) - star(m, unit, c)) ** 2)
+
+    return excess, gap
 
 
 def identities(mechanism: str):
     """The question identities for one mechanism (by name), keyed by question."""
     mech = mechanisms.get(mechanism)
-    build = {
-        "routing": lambda: Identity("routing", ("n", "n"), "scores", lambda m, i, j: m.derived_grad("s", i, j),
-                                    mech.routing, mech.routing_latex, mechanism=mechanism),
-        "advantage": lambda: Identity("advantage", ("n", "n"), "scores", lambda m, i, j: m.derived_grad("s", i, j),
-                                      advantage, LATEX["advantage"], mechanism=mechanism),
-        "competition": lambda: Identity("competition", ("n",), "scores",
-                                        lambda m, i: m.sum("n", lambda j: m.derived_grad("s", i, j)), lambda m, i: 0,
-                                        LATEX["competition"], mechanism=mechanism),
-        "content": lambda: Identity("content", ("n", "dv"), "qk", lambda m, j, a: m.derived_grad("v", j, a),
-                                    lambda m, j, a: m.dV(j, a), LATEX["content"], mechanism=mechanism),
-        "em_step": lambda: Identity("em_step", ("n",), "scores", _em_excess, _em_gap, LATEX["em_step"],
-                                    mechanism=mechanism),
+    axis, logit, spec = mech.axis, mech.logit_leaf, mech.content_spec
+    excess, gap = _em(spec)
+    return {
+        "routing": Identity("routing", ("n", axis), "scores", lambda m, i, j: m.derived_grad(logit, i, j),
+                            mech.routing, mech.routing_latex, mechanism=mechanism),
+        "advantage": Identity("advantage", ("n", axis), "scores", lambda m, i, j: m.derived_grad(logit, i, j),
+                              advantage, LATEX["advantage"], mechanism=mechanism),
+        "competition": Identity("competition", ("n",), "scores",
+                                lambda m, i: m.sum(axis, lambda j: m.derived_grad(logit, i, j)), lambda m, i: 0,
+                                LATEX["competition"], mechanism=mechanism),
+        "content": Identity("content", spec.unit + spec.comps, spec.level,
+                            lambda m, *ix: m.derived_grad(spec.leaf, *ix), spec.closed, LATEX["content"],
+                            mechanism=mechanism),
+        "em_step": Identity("em_step", spec.unit, "scores", excess, gap, LATEX["em_step"], mechanism=mechanism),
     }
-    return {q: build[q]() for q in QUESTIONS}
+
+
+def extra_identities(mechanism: str):
+    """The mechanism's own further identities (Mechanism.extra), keyed by name."""
+    mech = mechanisms.get(mechanism)
+    return {name: Identity(name, free, level, derived, closed, latex, mechanism=mechanism)
+            for name, free, level, derived, closed, latex in mech.extra}
 
 
 def cell(outcomes):
@@ -76,6 +100,10 @@ def cell(outcomes):
     general = [o.status for (p, _), o in outcomes.items() if p == "general"]
     if witnesses and "proved" in general:
         return "failed", None, f"inconsistent: general proved, {witnesses[0][0]} disproved"
+    held = [(p, q) for (p, k), o in outcomes.items() if o.status == "holds" for (q, k2), w in outcomes.items()
+            if k2 == k and w.status == "disproved" and w.witness is not None and w.witness.sizes in o.scope]
+    if held:  # a fixed-size path found it holds at the very sizes of another path's witness
+        return "failed", None, f"inconsistent: {held[0][0]} holds at the sizes where {held[0][1]} disproved it"
     if witnesses:
         return "disproved", witnesses[0][1], ""
     if general and all(s == "proved" for s in general):
@@ -84,10 +112,11 @@ def cell(outcomes):
     return "undecided", None, reasons[0] if reasons else "the general path did not prove it"
 
 
-def decide(mechanism: str, run, masks=(False, True)):
-    """{question: {verdict, witness, reason, paths, seconds}}; run(path, identity, masked, context) -> Outcome."""
+def decide(mechanism: str, run, masks=(False, True), which=None):
+    """{question: {verdict, witness, reason, paths, seconds}}; run(path, identity, masked, context) -> Outcome.
+    which: the identities to decide (default: the questions)."""
     table = {}
-    for question, identity in identities(mechanism).items():  # noqa: B007
+    for question, identity in (which or identities(mechanism)).items():
         outcomes = {(p, masked): run(p, identity, masked, f"mechanism {mechanism} / {question}")
                     for p in PATHS for masked in masks}
         verdict, witness, reason = cell(outcomes)
@@ -95,5 +124,6 @@ def decide(mechanism: str, run, masks=(False, True)):
             "verdict": verdict, "witness": witness.to_json() if witness else None, "reason": reason,
             "paths": {p: {("masked" if k else "unmasked"): o.status for (q, k), o in outcomes.items() if q == p}
                       for p in PATHS},
-            "seconds": round(sum(o.seconds for o in outcomes.values()), 4)}
+            "seconds": round(sum(o.seconds for o in outcomes.values()), 4),
+            "path_seconds": {p: round(sum(o.seconds for (q, _), o in outcomes.items() if q == p), 4) for p in PATHS}}
     return table

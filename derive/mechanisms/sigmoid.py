@@ -17,9 +17,9 @@ def weight(m, i, j):
     return m.mask(i, j) * sigma(m, m.s(i, j) + m.beta)
 
 
-def reference(q, k, mask, c, beta):
-    w = (c * q @ k.mT + beta).sigmoid()
-    return w if mask is None else w * mask
+def reference(t):
+    w = (t["c"] * t["q"] @ t["k"].mT + t["beta"]).sigmoid()
+    return w if t.get("mask") is None else w * t["mask"]
 
 
 MECHANISM = register(Mechanism(

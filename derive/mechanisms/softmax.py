@@ -13,9 +13,9 @@ def weight(m, i, j):
     return m.mask(i, j) * m.e(i, j) / m.Z(i)
 
 
-def reference(q, k, mask, c, beta):
+def reference(t):
     """softmax over allowed keys; a row with none allowed is 0 (no NaN)."""
-    s = c * q @ k.mT
+    s, mask = t["c"] * t["q"] @ t["k"].mT, t.get("mask")
     if mask is None:
         return s.softmax(-1)
     e = (s - s.masked_fill(mask == 0, float("-inf")).amax(-1, keepdim=True).nan_to_num(0.0, 0.0, 0.0)).exp() * mask

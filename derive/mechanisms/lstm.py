@@ -1,0 +1,30 @@
+"""One LSTM cell step with independent gates: c_i = f_i c_prev_i + i_i g~_i, f_i = sigma(a_f), i_i = sigma(a_i).
+Written as weights over two options o (dim g, size 2: o = 0 the previous cell state, o = 1 the candidate)
+with logits A_i0 = a_f, A_i1 = a_i: w_io = sigma(A_io), unnormalised, so each gate has its own per-key
+baseline and the two do not compete."""
+from derive.mechanisms import register
+from derive.mechanisms.base import Mechanism, Mutant
+from derive.mechanisms.forms import per_key
+from derive.mechanisms.gate import CELL_LEAVES, advantage, content, logit, options_content
+from derive.mechanisms.sigmoid import sigma
+
+
+def weight(m, i, o):
+    return sigma(m, m.s(i, o))
+
+
+def reference(t):
+    return t["A"].sigmoid()
+
+
+MECHANISM = register(Mechanism(
+    "lstm", "LSTM cell (independent forget and input gates)", logit, weight, routing=per_key, reference=reference,
+    normalised=False,
+    latex=r"c_i=f_i\,c^{\mathrm{prev}}_i+\iota_i\,\tilde g_i,\ f_i=\sigma(A_{i0}),\ \iota_i=\sigma(A_{i1}):\ w_{io}=\sigma(A_{io})",
+    routing_latex=r"\frac{\partial L}{\partial A_{io}}=w_{io}(1-w_{io})\,b_{io}",
+    ref="LSTM (Hochreiter and Schmidhuber 1997; forget gate: Gers et al. 2000)",
+    mutants=(Mutant("lstm-advantage", "routing", "the paper's softmax form applied to the LSTM's gates", advantage),
+             Mutant("lstm-no-saturation", "routing", "the factor 1 - w dropped: w b",
+                    lambda m, i, j: m.alpha(i, j) * m.b(i, j))),
+    leaves=CELL_LEAVES, free={"A": ("scores",), "H": ("scores",)}, dims={"g": 2}, axis="g", logit_leaf="A",
+    content=content, content_spec=options_content("H", "DeltaH")))

@@ -1,0 +1,54 @@
+"""A top-k mixture-of-experts layer: o_i = sum_e g_ie y_ie with y_ie = x_i W_e (one linear expert per e) and
+g_i a softmax of the router logits r_ie = x_i . w_e over the selected experts S_i: g_ie = S_ie e^{r_ie} /
+sum_e' S_ie' e^{r_ie'}. The selection S is a given 0/1 matrix (as top-k chooses it): the model's mask M read
+over (token, expert), any 0/1 matrix at general size. The experts' weights W_e are the content."""
+from derive.mechanisms import register
+from derive.mechanisms.base import ContentSpec, Mechanism, Mutant
+from derive.mechanisms.forms import advantage, per_key
+
+
+def select(m, i, e):
+    """S_ie: 1 where token i's top-k chose expert e (the mask entry M_ie; every expert when unmasked)."""
+    return m.mask_entry(i, e) if m.setting.masked else 1
+
+
+def logit(m, i, e):
+    """r_ie = x_i . w_e (the router's weights WR are routing parameters)."""
+    return m.sum("dx", lambda x: m.leaf("X", i, x) * m.leaf("WR", x, e))
+
+
+def weight(m, i, e):
+    return select(m, i, e) * m.exp(m.s(i, e)) / m.sum("e", lambda f: select(m, i, f) * m.exp(m.s(i, f)))
+
+
+def content(m, i, e, a):
+    """y_ie = x_i W_e."""
+    return m.sum("dx", lambda x: m.leaf("X", i, x) * m.leaf("WE", e, x, a))
+
+
+def reference(t):
+    r = t["r"] if "r" in t else t["X"] @ t["WR"]
+    if t.get("mask") is None:
+        return r.softmax(-1)
+    e = (r - r.amax(-1, keepdim=True)).exp() * t["mask"]
+    total = e.sum(-1, keepdim=True)
+    return e / total.masked_fill(total == 0, 1.0)
+
+
+CONTENT = ContentSpec(
+    "WE", ("e",), ("dx", "dv"), "scores",
+    lambda m, e, x, a: m.sum("n", lambda i: m.alpha(i, e) * m.leaf("X", i, x) * m.u(i, a)),
+    lambda m, e: m.sum("n", lambda i: m.alpha(i, e)), "DeltaE")
+
+MECHANISM = register(Mechanism(
+    "moe", "mixture of experts (top-k router)", logit, weight, routing=advantage, reference=reference,
+    normalised=True,
+    latex=r"o_i=\textstyle\sum_e g_{ie}\,x_iW_e,\ g_{ie}=\frac{S_{ie}e^{r_{ie}}}{\sum_{e'}S_{ie'}e^{r_{ie'}}},\ r_{ie}=x_i\cdot w_e",
+    routing_latex=r"\frac{\partial L}{\partial r_{ie}}=g_{ie}\big(b_{ie}-\textstyle\sum_{e'} g_{ie'}b_{ie'}\big),\ b_{ie}=u_i\cdot y_{ie}",
+    ref="sparsely-gated mixture of experts (arXiv 1701.06538), Switch/top-k routing (arXiv 2101.03961)",
+    mutants=(Mutant("moe-per-key", "routing", "independent gates' per-key form g(1-g)b", per_key),
+             Mutant("moe-unselected-baseline", "routing", "the baseline over every expert, selected or not",
+                    lambda m, i, e: m.alpha(i, e) * (m.b(i, e) - m.sum("e", lambda f: m.b(i, f)) / m.size("e")))),
+    leaves={"r": ("n", "e"), "WR": ("dx", "e"), "WE": ("e", "dx", "dv"), "DeltaE": ("e", "dx", "dv")},
+    free={"r": ("scores",), "WE": ("scores", "params"), "WR": ("params",)}, dims={"e": None}, axis="e",
+    logit_leaf="r", content=content, content_spec=CONTENT))
