@@ -62,9 +62,12 @@ class DeriveSizes:
     fixed_total_budget_s: float
     scaling_base: tuple
     scaling_sweeps: dict
+    # The fixed path's grid for the routing-mechanism table (derive.mechanisms.table); () = `grid`. The table's
+    # cells are decided by the general path; the fixed path is its cross-check at these sizes.
+    mechanism_grid: tuple = ()
 
     def __post_init__(self):
-        for name in ("grid", "mutant_grid"):
+        for name in ("grid", "mutant_grid") + (("mechanism_grid",) if self.mechanism_grid else ()):
             grid = getattr(self, name)
             if not isinstance(grid, tuple) or not grid or any(
                     not isinstance(g, dict) or set(g) != {"n", "dk", "dv", "m", "dx"} for g in grid):
@@ -266,7 +269,7 @@ def _device_type(device):
 QUICK = Profile(
     "quick",
     DeriveSizes(grid=(sizes(2, 2, 2), sizes(3, 2, 2), sizes(4, 2, 2), distinct(3, 4, 5, 7, 6)), points=2,
-                mutant_grid=(sizes(3, 2, 2),), search_restarts=30, budget_s=60.0,
+                mutant_grid=(sizes(3, 2, 2),), mechanism_grid=(sizes(2, 2, 2), sizes(3, 2, 2)), search_restarts=30, budget_s=60.0,
                 general_total_budget_s=5.0, fixed_total_budget_s=15.0, scaling_base=(3, 2, 2),
                 scaling_sweeps={"n": (2, 3, 4), "d": (1, 2, 3), "m": (1, 2, 3)}),
     NumericSizes(api_cases=12, identity_draws=2, bench="quick", fuzz_claims=6, fuzz_budget_s=4.0, fuzz_jobs=1, sdpa_cases=60,
@@ -287,6 +290,7 @@ DEFAULT = Profile(
     DeriveSizes(grid=(sizes(2, 2, 2), sizes(3, 2, 2), sizes(4, 2, 2), sizes(4, 3, 3, 3), sizes(5, 3, 3, 3),
                       sizes(6, 3, 3, 3), distinct(4, 3, 5, 7, 6), distinct(5, 6, 4, 3, 7)),
                 points=4, mutant_grid=(sizes(3, 2, 2),), search_restarts=120, budget_s=300.0,
+                mechanism_grid=(sizes(2, 2, 2), sizes(3, 2, 2), sizes(4, 3, 3, 3), distinct(4, 3, 5, 7, 6)),
                 general_total_budget_s=5.0, fixed_total_budget_s=60.0, scaling_base=(4, 2, 2),
                 scaling_sweeps={"n": (2, 3, 4, 5, 6, 7, 8), "d": (1, 2, 3, 4), "m": (1, 2, 3, 4)}),
     NumericSizes(api_cases=40, identity_draws=4, bench="default", fuzz_claims=120, fuzz_budget_s=8.0, fuzz_jobs=0),

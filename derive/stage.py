@@ -8,12 +8,14 @@ from derive import claims as registry
 from derive import saturation, verdict
 from derive.model import ShapeError
 from derive.profile import Profile
-from derive.prove import PATHS, Outcome, run_path
+from derive.prove import PATHS, Outcome, ProofTimeout, budget, run_path
 from derive.results import Check, slug
-from derive.verdict import KILL_CELL
+from derive.verdict import CROSS_CHECK, KILL_CELL
+from derive.witness import find_witness
 
 SETTINGS = {False: "unmasked", True: "masked"}
-STATUS = {"proved": "pass", "disproved": "fail", "undecided": "skipped"}  # undecided: the claim's verdict says why
+# holds (a fixed-size path: true at the sizes it tried) passes as that path's check; undecided: the verdict says why
+STATUS = {"proved": "pass", "holds": "pass", "disproved": "fail", "undecided": "skipped"}
 
 
 def settings(identity):
@@ -55,7 +57,7 @@ class DeriveStage:
         """Every built-in routing mechanism x structural question on every path (derive.mechanisms.table)."""
         from derive.mechanisms import table
 
-        table.build(self.results, self.options(), self.log)
+        table.build(self.results, dict(self.options(), grid=list(self.profile.mechanism_grid or self.profile.grid)), self.log)
 
     # -- the engine's own negative controls ---------------------------------------------------------
     def engine_mutants(self):
@@ -103,11 +105,39 @@ class DeriveStage:
     # -- proofs ----------------------------------------------------------------------------------
     def prove_claim(self, claim):
         for identity in claim.parts:
+            outs = {}
             for path in PATHS:
                 for masked in settings(identity):
-                    self._prove(claim, identity, path, masked)
+                    outs[path, masked] = self._prove(claim, identity, path, masked)
+            self._cross_check(claim, identity, outs)
         if claim.kind == "inequality":
             self._inequality_checks(claim)
+
+    def _cross_check(self, claim, identity, outs):
+        """A path that `holds` at sizes S beside another path's witness at other sizes contradicts nothing by itself
+        (its outcome is about S only); so a witness is searched at S. One found there shows the holding path wrong
+        at its own sizes, an internal inconsistency (derive.verdict); none found is recorded as consistent."""
+        for (path, masked), out in outs.items():
+            witnesses = [o.witness for (_, k), o in outs.items() if k == masked and o.status == "disproved"]
+            if out.status != "holds" or not witnesses or any(w.sizes in out.scope for w in witnesses):
+                continue  # nothing to cross-check, or a witness at its own sizes (already an inconsistency)
+            t0 = time.perf_counter()
+            context = f"{claim.id} ({claim.name}) / {identity.name}: cross-check of {path}"
+            try:
+                with budget(self.profile.budget_s):
+                    w = find_witness(identity, masked, out.scope, self.seed, context=context)
+            except (ProofTimeout, ShapeError):
+                w = None
+            at = "; ".join(",".join(f"{d}={v}" for d, v in s.items()) for s in out.scope)
+            measured = (f"witness at sizes {path} holds at: {w.describe()}" if w else
+                        f"no witness at the sizes {path} holds at ({at}): consistent with the witness elsewhere")
+            cid = f"derive/{claim.id}/{slug(identity.name)}/{path}/{SETTINGS[masked]}/{CROSS_CHECK}"
+            self.results.add(Check(cid, "derive", "proof", claim.id, "fail" if w else "pass",
+                                   round(time.perf_counter() - t0, 4), measured, f"no witness where {path} holds",
+                                   detail=f"cross-check of path {path}", path=CROSS_CHECK, part=identity.name,
+                                   setting=SETTINGS[masked], outcome="disproved" if w else "",
+                                   witness=w.to_json() if w else None, scope=list(out.scope)))
+            self.log(f"  {'FAIL' if w else 'PASS':9} {cid:58} {time.perf_counter() - t0:7.3f}s  {measured}")
 
     def _prove(self, claim, identity, path, masked):
         context = f"{claim.id} ({claim.name}) / {identity.name}"
@@ -117,7 +147,7 @@ class DeriveStage:
         self.results.add(Check(cid, "derive", "proof", claim.id, status, round(out.seconds, 4), out.measured,
                                "derived == closed form", detail=f"path {path}", path=path, part=identity.name,
                                setting=SETTINGS[masked], outcome=out.status,
-                               witness=out.witness.to_json() if out.witness else None))
+                               witness=out.witness.to_json() if out.witness else None, scope=out.scope or None))
         for rec in out.per_size:
             self.per_size.append({"claim": claim.id, "part": identity.name, **rec})
         self.log(f"  {out.status.upper():9} {cid:58} {out.seconds:7.3f}s  {out.measured if not out.equal else ''}")
