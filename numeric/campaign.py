@@ -1,0 +1,193 @@
+"""Campaigns on Dask: many independent tasks (fuzzed claims, training runs), one machine or a cluster.
+
+A task is a pure function of its arguments (seeds included) that returns plain data; the campaign
+submits the tasks not already finished, writes each result to its cache as it arrives (so an
+interrupted campaign resumes, and a worker lost after a task finished loses nothing), retries a task
+that raises once, records one that raises again as failed (naming it), and returns the results in
+task order: the same whatever the number of workers or the order in which they finish.
+
+By default the campaign starts an in-process `LocalCluster` sized to the machine (one thread per
+worker) and stops it at the end; `scheduler="tcp://host:8786"` uses a running cluster instead (any Dask
+deployment: `dask scheduler` + `dask worker`, Kubernetes, SLURM via dask-jobqueue). Workers need this
+package and its dependencies installed (the same versions), nothing else.
+"""
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Callable
+
+
+@dataclass(frozen=True)
+class Task:
+    """One unit of a campaign: fn(*args) with a stable name (its cache key)."""
+
+    name: str
+    fn: Callable
+    args: tuple = ()
+
+    @property
+    def key(self) -> str:
+        """A file-safe key: the name's readable head and a hash of the whole name."""
+        digest = hashlib.sha256(self.name.encode()).hexdigest()[:16]
+        head = "".join(c if c.isalnum() or c in "-_." else "-" for c in self.name)[:48]
+        return f"{head}-{digest}"
+
+
+@dataclass
+class Outcome:
+    """Results in task order (None for a failed task), the failures {name: error}, and the run's figures."""
+
+    results: list
+    failed: dict = field(default_factory=dict)
+    cached: int = 0
+    computed: int = 0
+    seconds: float = 0.0
+    workers: int = 0
+    scheduler: str = ""
+
+
+class CampaignError(RuntimeError):
+    """A campaign that cannot run at all (an unreachable scheduler, a bad worker count)."""
+
+
+def worker_count(workers=None) -> int:
+    """The local cluster's size: `workers`, or one per CPU."""
+    n = workers if workers is not None else (os.cpu_count() or 1)
+    if not isinstance(n, int) or isinstance(n, bool) or n < 1:
+        raise CampaignError(f"--workers must be a positive integer, got {workers!r}")
+    return n
+
+
+def run(tasks, *, scheduler=None, workers=None, cache_dir=None, log=print, retries=1, label="campaign",
+        connect_timeout_s=20) -> Outcome:
+    """Run `tasks` (a list of Task) on Dask; see the module docstring."""
+    tasks = list(tasks)
+    names = [t.name for t in tasks]
+    if len(set(names)) != len(names):
+        raise ValueError("task names must be unique (they are the cache keys)")
+    cache = Path(cache_dir) if cache_dir else None
+    results = [None] * len(tasks)
+    todo = []
+    for index, task in enumerate(tasks):
+        hit = _read(cache, task)
+        if hit is not None:
+            results[index] = hit["result"]
+        else:
+            todo.append(index)
+    t0 = time.perf_counter()
+    out = Outcome(results, cached=len(tasks) - len(todo))
+    if out.cached:
+        log(f"  {label}: {out.cached} of {len(tasks)} tasks read from the cache")
+    if not todo:
+        out.seconds = round(time.perf_counter() - t0, 3)
+        return out
+    with _client(scheduler, workers, connect_timeout_s) as client:
+        out.workers = len(client.scheduler_info().get("workers", {}))
+        out.scheduler = scheduler or "local"
+        _gather(client, tasks, todo, out, cache, log, retries, label, t0)
+    out.seconds = round(time.perf_counter() - t0, 3)
+    return out
+
+
+def _gather(client, tasks, todo, out, cache, log, retries, label, t0):
+    from distributed import as_completed
+
+    futures = {client.submit(tasks[i].fn, *tasks[i].args, key=f"{label}-{tasks[i].key}", pure=False,
+                             retries=retries): i for i in todo}
+    done, every = 0, max(1, len(todo) // 20)
+    for future in as_completed(futures):
+        index = futures[future]
+        task = tasks[index]
+        if future.status == "error":
+            exc = future.exception()
+            out.failed[task.name] = f"{type(exc).__name__}: {exc}"[:500]
+            log(f"  {label}: task {task.name} failed after {retries + 1} attempts: {out.failed[task.name]}")
+        else:
+            out.results[index] = future.result()
+            _write(cache, task, out.results[index])
+            out.computed += 1
+        done += 1
+        future.release()
+        if done % every == 0 or done == len(todo):
+            elapsed = time.perf_counter() - t0
+            eta = elapsed / done * (len(todo) - done)
+            log(f"  {label}: {done}/{len(todo)} tasks done, {elapsed:.1f} s elapsed, about {eta:.0f} s left")
+
+
+class _client:
+    """A Dask client on the given scheduler, or on a LocalCluster started and stopped here."""
+
+    def __init__(self, scheduler, workers, timeout_s):
+        self.scheduler, self.workers, self.timeout_s = scheduler, workers, timeout_s
+        self.cluster = self.client = None
+
+    def __enter__(self):
+        import logging
+
+        from distributed import Client, LocalCluster
+
+        logging.getLogger("distributed").setLevel(logging.ERROR)
+        try:
+            if self.scheduler:
+                self.client = Client(self.scheduler, timeout=f"{self.timeout_s}s")
+            else:
+                self.cluster = LocalCluster(n_workers=worker_count(self.workers), threads_per_worker=1, processes=True,
+                                            dashboard_address=None, silence_logs=logging.ERROR)
+                self.client = Client(self.cluster)
+        except OSError as exc:
+            self.__exit__(None, None, None)
+            raise CampaignError(f"cannot reach the Dask scheduler {self.scheduler}: {exc}") from exc
+        self.client.run(_pin_threads)
+        return self.client
+
+    def __exit__(self, *exc):
+        if self.client is not None:
+            self.client.close()
+        if self.cluster is not None:
+            self.cluster.close()
+
+
+def _pin_threads():
+    """One torch thread per worker (workers are sized one per core)."""
+    try:
+        import torch
+
+        torch.set_num_threads(1)
+    except ImportError:  # a worker without torch runs torch-free tasks only
+        pass
+
+
+def _read(cache, task):
+    if cache is None:
+        return None
+    path = cache / f"{task.key}.json"
+    try:
+        data = json.loads(path.read_text())
+    except FileNotFoundError:
+        return None
+    except (OSError, ValueError):
+        path.unlink(missing_ok=True)  # a corrupt entry is recomputed
+        return None
+    return data if isinstance(data, dict) and data.get("name") == task.name and "result" in data else None
+
+
+def _write(cache, task, result):
+    if cache is None:
+        return
+    from derive.results import atomic_write
+
+    cache.mkdir(parents=True, exist_ok=True)
+    atomic_write(cache / f"{task.key}.json", lambda fh: json.dump({"name": task.name, "result": result}, fh))
+
+
+def add_arguments(parser):
+    """--scheduler and --workers, as every campaign command takes them."""
+    parser.add_argument("--scheduler", default=None, metavar="ADDRESS",
+                        help="a running Dask scheduler (tcp://host:8786); default: a local cluster started here")
+    parser.add_argument("--workers", type=int, default=None, metavar="N",
+                        help="workers of the local cluster (default: one per CPU; ignored with --scheduler)")
