@@ -308,8 +308,7 @@ def summary(results, shown, ran=None):
     for c in results.failed():
         lines.append(f"FAILED {c.id} (claim {c.claim or '-'}): {c.measured}")
     for x in results.inconsistencies():
-        lines.append(f"INTERNAL INCONSISTENCY in claim {x['claim']}, {x['part']} ({x['setting']}): "
-                     f"{x['proved_by']} proved what {x['disproved_by']} disproved with a witness")
+        lines.append(f"INTERNAL INCONSISTENCY in claim {x['claim']}, {x['part']} ({x['setting']}): {verdict.describe_clash(x)}")
     return "\n".join(lines)
 
 

@@ -4,7 +4,8 @@ Each `Fault` replaces one function of the engine — the sum normal form, the de
 canonical renaming, the softmax fold, the ring's zero test and derivation, the rational evaluator,
 the witness certification — by a plausible wrong version, for the duration of `planted(fault)`.
 Each `Probe` is a small identity with the outcome the unmodified engine gives on one path (true
-identities `proved`, false ones `disproved` with a witness). A fault is killed when some probe of
+identities `proved` on the general path and `holds` on the fixed-size ones, false ones `disproved` with
+a witness). A fault is killed when some probe of
 its path comes out differently; a fault no probe notices means the engine's tests cannot see that
 kind of unsound (or incomplete) code.
 
@@ -62,7 +63,12 @@ def _mutant(mid):
 
 
 def _paper(name, path, cid, masked, part="main"):
-    return Probe(name, path, _part(cid, part), masked, "proved")
+    return Probe(name, path, _part(cid, part), masked, _true(path))
+
+
+def _true(path):
+    """What the unmodified engine says of a true identity: proved at general size, holds at a fixed path's sizes."""
+    return "proved" if path == "general" else "holds"
 
 
 def _wrong(name, path, mid, masked=True):

@@ -144,14 +144,14 @@ class GeneralBackend(AttentionModel):
         used = [k for k, sym in enumerate(gens) if any(m[k] for p in coefficients for m, _ in p)]
         dims = tuple(symbols[gens[k]] for k in used)
         coefficients = tuple(tuple((tuple(m[k] for k in used), c) for m, c in p) for p in coefficients)
-        shown = next((total for total in groups.values() if total.free_symbols & symbols.keys()), None)
-        text = _short(sp.factor(shown)) if shown is not None else "constants"
-        return SizePolynomial(dims, coefficients, text)
+        shown = next((total for total in groups.values() if total.free_symbols & symbols.keys()), sp.S.One)
+        return SizePolynomial(dims, coefficients, shown)
 
 
 # The largest sizes the general path tries when it looks for sizes off the roots of a size polynomial (a witness
-# search there is cheap: the rational evaluator at one random point per size, about 0.05 s for a first derivative
-# at n = 10; see `sizes_off_roots`). A polynomial that vanishes at every size up to these stays undecided.
+# search there is cheap: the rational evaluator at two random points per size, measured 0.02-0.05 s for C2's and
+# C3's gradients at n = 8 or d_k = 6, 0.1-0.5 s for a W_Q gradient, H3 or a Hessian at n = 10, d_k = 8; see
+# `sizes_off_roots`). A polynomial that vanishes at every size up to these leaves the path undecided.
 SEARCH_LIMITS = {"n": 10, "dk": 8, "dv": 8, "m": 8, "dx": 8}
 SEARCH_LIMIT_OTHER = 8  # a mechanism's own dims (experts, ...)
 # The ranges the rational path draws from (`derive.rational.draw_sizes`): a dim the polynomial does not read keeps
@@ -170,7 +170,12 @@ class SizePolynomial:
 
     dims: tuple
     coefficients: tuple
-    text: str  # one coefficient, factored, for messages
+    shown: object = sp.S.One  # one coefficient that reads a size (SymPy), for messages
+
+    @property
+    def text(self):
+        """That coefficient, factored (only when a message needs it)."""
+        return _short(sp.factor(self.shown))
 
     def vanishes(self, sizes) -> bool:
         """Whether every coefficient is 0 at `sizes` (False when `sizes` lacks one of the dims)."""

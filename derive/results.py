@@ -41,12 +41,13 @@ class Check:
     measured: object = None
     expected: object = None
     detail: str = ""
-    # Proof checks: which path, identity and mask setting, and the three-state outcome.
+    # Proof checks: which path, identity and mask setting, and the outcome (derive.prove.OUTCOMES).
     path: str = ""
     part: str = ""
     setting: str = ""
-    outcome: str = ""  # proved | disproved (with witness) | undecided (reason in measured)
+    outcome: str = ""  # proved | holds | disproved (with witness) | undecided (reason in measured)
     witness: dict | None = None
+    scope: list | None = None  # holds: the sizes the path tried, the only sizes its outcome is about
 
     def __post_init__(self):
         if self.kind not in KINDS:
@@ -101,7 +102,7 @@ class Results:
         return {**out, "kill_matrix": kill} if kill else out
 
     def inconsistencies(self):
-        """Every place one proof path proved what another disproved with a witness."""
+        """Every place one proof path's positive outcome is contradicted by another's witness (derive.verdict)."""
         return [{"claim": cid, **x} for cid, c in self.claims.items() for x in c.get("inconsistencies", [])]
 
     def failed(self):

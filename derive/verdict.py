@@ -3,7 +3,9 @@
 Analytic claims (identities, and inequalities whose identity steps are proved):
 
 1. a path that proved what another path disproved with a witness (same identity, same mask
-   setting) is an internal inconsistency: verdict `failed`, reported loudly;
+   setting), or found it `holds` at a set of sizes that includes the witness's, is an internal
+   inconsistency: verdict `failed`, reported loudly. A witness at sizes a fixed-size path did not try
+   contradicts nothing: that path's `holds` is about its own sizes only;
 2. any witness against the claim: `disproved`;
 3. any other failing check that names the claim (a negative control a path accepted, a numeric
    check of the generated code, the adversarial search): `failed` — never beside a positive verdict;
@@ -26,7 +28,8 @@ from __future__ import annotations
 from collections import defaultdict
 
 PATH_ORDER = ("general", "fixed", "rational")
-KILL_CELL = {"disproved": "rejected", "proved": "ACCEPTED", "undecided": "undecided"}
+CROSS_CHECK = "cross-check"  # a witness searched at the sizes a path holds at, when another path has a witness elsewhere
+KILL_CELL = {"disproved": "rejected", "proved": "ACCEPTED", "holds": "ACCEPTED", "undecided": "undecided"}
 MUTANT_COLUMNS = ("general", "fixed", "rational", "adversarial")  # where a mutant is attacked in the derive stage
 
 
@@ -35,7 +38,7 @@ def _is_path_proof(check):
 
 
 def path_outcomes(checks):
-    """{path: proved | disproved | undecided} over every identity and mask setting of a claim."""
+    """{path: proved | holds | disproved | undecided} over every identity and mask setting of a claim."""
     by_path = defaultdict(list)
     for c in checks:
         if _is_path_proof(c):
@@ -45,22 +48,65 @@ def path_outcomes(checks):
         outcomes = by_path.get(path)
         if not outcomes:
             continue
-        out[path] = "disproved" if "disproved" in outcomes else "proved" if all(o == "proved" for o in outcomes) else "undecided"
+        out[path] = ("disproved" if "disproved" in outcomes else "proved" if all(o == "proved" for o in outcomes)
+                     else "holds" if all(o in ("proved", "holds") for o in outcomes) else "undecided")
     return out
 
 
+def contradicts(outcome, scope, witness_sizes):
+    """Whether a path's positive outcome is contradicted by a certified witness at `witness_sizes` (same identity,
+    same mask setting): a `proved` (every size) always is; a `holds` only when the witness's sizes are among
+    those it tried (`scope`); a witness elsewhere is no contradiction."""
+    if outcome == "proved":
+        return True
+    if outcome == "holds":
+        return witness_sizes is not None and any(dict(s) == dict(witness_sizes) for s in scope or ())
+    return False
+
+
 def inconsistencies(checks):
-    """(part, setting, prover, disprover) wherever one path proved what another disproved."""
-    cells = defaultdict(dict)
+    """(part, setting, prover, disprover, sizes) wherever one path's positive outcome is contradicted by a witness
+    of another path or of the stage's cross-check at its sizes (`contradicts`); sizes is None for a `proved`, else
+    the witness's sizes, which the `holds` covered."""
+    cells = defaultdict(list)
     for c in checks:
-        if _is_path_proof(c):
-            cells[(c.part, c.setting)][c.path] = c.outcome
+        if _is_path_proof(c) or (c.kind == "proof" and c.path == CROSS_CHECK):
+            cells[(c.part, c.setting)].append(c)
     found = []
-    for (part, setting), paths in sorted(cells.items()):
-        provers = [p for p, o in paths.items() if o == "proved"]
-        disprovers = [p for p, o in paths.items() if o == "disproved"]
-        found += [(part, setting, a, b) for a in provers for b in disprovers]
-    return found
+    for (part, setting), cell in sorted(cells.items()):
+        disprovers = [d for d in cell if d.outcome == "disproved"]
+        for c in cell:
+            if c.path not in PATH_ORDER:
+                continue
+            for d in disprovers:
+                sizes = (d.witness or {}).get("sizes")
+                if d.path != c.path and contradicts(c.outcome, c.scope, sizes):
+                    found.append((part, setting, c.path, d.path, None if c.outcome == "proved" else sizes))
+    return _unique(found)
+
+
+def _unique(found):
+    seen, out = set(), []
+    for p, s, a, b, z in found:
+        key = (p, s, a, b, None if z is None else tuple(sorted(z.items())))
+        if key not in seen:
+            seen.add(key)
+            out.append((p, s, a, b, z))
+    return out
+
+
+def clash_record(part, setting, a, b, sizes):
+    """The results.json form of an inconsistency; `held_at`: the witness's sizes, where the holding path said holds."""
+    out = {"part": part, "setting": setting, "proved_by": a, "disproved_by": b}
+    return out if sizes is None else {**out, "held_at": dict(sizes)}
+
+
+def describe_clash(x):
+    """One line for an inconsistency record (`clash_record`, as results.json holds it)."""
+    if x.get("held_at"):
+        at = ",".join(f"{d}={v}" for d, v in x["held_at"].items())
+        return f"path {x['proved_by']} found it holds at {at}, where path {x['disproved_by']} disproved it with a witness"
+    return f"path {x['proved_by']} proved what path {x['disproved_by']} disproved with a witness"
 
 
 def analytic(checks):
@@ -72,14 +118,17 @@ def analytic(checks):
     reasons = {c.id: c.measured for c in proofs if c.outcome == "undecided"}
     clash = inconsistencies(checks)
     failing = [c for c in others if c.status == "fail"]
-    base = {"paths": paths, "witnesses": witnesses, "reasons": reasons,
-            "inconsistencies": [{"part": p, "setting": s, "proved_by": a, "disproved_by": b} for p, s, a, b in clash]}
+    records = [clash_record(*x) for x in clash]
+    base = {"paths": paths, "witnesses": witnesses, "reasons": reasons, "inconsistencies": records}
     if clash:
-        text = "; ".join(f"{a} proved and {b} disproved {p} ({s})" for p, s, a, b in clash)
+        text = "; ".join(f"{describe_clash(x)}: {x['part']} ({x['setting']})" for x in records)
         return {"verdict": "failed", "evidence": f"INTERNAL INCONSISTENCY: {text}", **base}
     if witnesses:
         first = next(c for c in proofs if c.outcome == "disproved")
-        return {"verdict": "disproved", "evidence": f"disproved by {_joined(paths, 'disproved')}: {first.measured}", **base}
+        held = _joined(paths, "holds")
+        note = f" ({held}: holds at the sizes tried, not the witness's)" if held else ""
+        return {"verdict": "disproved", "evidence": f"disproved by {_joined(paths, 'disproved')}{note}: {first.measured}",
+                **base}
     if failing:
         names = ", ".join(c.id for c in failing[:6]) + (f" and {len(failing) - 6} more" if len(failing) > 6 else "")
         return {"verdict": "failed", "evidence": f"failing checks: {names}", **base}
@@ -104,6 +153,9 @@ def _proved_evidence(paths, others):
     also = _joined({p: o for p, o in paths.items() if p != "general"}, "proved")
     if also:
         text += f"; also proved by {also}"
+    held = _joined(paths, "holds")
+    if held:
+        text += f"; holds at the sizes tried on {held}"
     open_paths = _joined(paths, "undecided")
     if open_paths:
         text += f"; undecided on {open_paths}"

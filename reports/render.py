@@ -17,13 +17,15 @@ from pathlib import Path
 
 import jinja2
 
+from derive.verdict import describe_clash
 from reports.figures import DEEP_FIGURES, render_all
 
 HERE = Path(__file__).resolve().parent
 VENDOR = HERE / "vendor" / "katex"
 GOOD = {"proved", "confirmed", "reproduced"}
 PATHS = ("general", "fixed", "rational")
-OUTCOME_CLASS = {"proved": "good", "disproved": "bad", "undecided": "partial"}
+# holds: a fixed-size path found no difference at the sizes it tried (not a proof at every size)
+OUTCOME_CLASS = {"proved": "good", "holds": "good", "disproved": "bad", "undecided": "partial"}
 KILL_CLASS = {"rejected": "good", "n/a": "neutral", "not run": "neutral"}  # ACCEPTED and undecided: bad
 POINT_HEAD = 8  # witness point entries shown before the full list
 LATEX_SPECIALS = {"\\": r"\textbackslash{}", "&": r"\&", "%": r"\%", "$": r"\$", "#": r"\#", "_": r"\_",
@@ -378,6 +380,167 @@ def deep_view(experiments, claims):
             "rows": rows, "figures": list(DEEP_FIGURES)}
 
 
+# The paper's conjecture, as the mechanism table's questions (derive/mechanisms/questions.py): a mechanism routes
+# like softmax attention when (a)-(d) hold. The LaTeX is a fallback where results.json lacks a question's own.
+CONJECTURE = (("a", "advantage", "routes by advantage", r"\frac{\partial L}{\partial s_{ij}} = w_{ij}\big(b_{ij}-\sum_k w_{ik}b_{ik}\big)"),
+              ("b", "competition", "keys compete", r"\sum_j \frac{\partial L}{\partial s_{ij}} = 0"),
+              ("c", "content", "responsibility-weighted content", r"\frac{\partial L}{\partial v_j} = \sum_i w_{ij}u_i"),
+              ("d", "em_step", "the EM-normalised content step exists: C10's completed square",
+               r"J(\Delta)-J(\Delta^*)=\tfrac{N}{2\eta}\|\Delta-\Delta^*\|^2,\ \Delta^*=-\eta\,\tfrac{\sum_i w_{ij}u_i}{N}"))
+MUTANT_LABELS = {"disproved": "rejected", "proved": "ACCEPTED", "holds": "ACCEPTED (holds)"}
+
+
+def math_pieces(latex):
+    """A formula split at its top-level ",\\ " separators (outside braces and brackets), so each piece is
+    typeset on its own and a long formula wraps between pieces (inline math only breaks after relations)."""
+    pieces, depth, start, i = [], 0, 0, 0
+    text = str(latex or "")
+    while i < len(text):
+        ch = text[i]
+        if ch == "\\":  # a control sequence or an escaped brace: never a separator, never a group
+            i += 2
+            continue
+        if ch in "{([":
+            depth += 1
+        elif ch in "})]":
+            depth -= 1
+        elif depth == 0 and text.startswith(",\\ ", i):
+            pieces.append(text[start:i].strip())
+            i += 3
+            start = i
+            continue
+        i += 1
+    pieces.append(text[start:].strip())
+    return [p for p in pieces if p]
+
+
+def _names(names):
+    return ", ".join(names) if names else ""
+
+
+def _anchor(*parts):
+    """An id for HTML and a hyperref target: letters, digits and hyphens."""
+    return re.sub(r"[^A-Za-z0-9-]", "-", "-".join(map(str, parts)))
+
+
+def _cell_paths(cell):
+    """'general: proved (unmasked), proved (masked); ...' for a cell's tooltip."""
+    out = []
+    for path, o in (cell.get("paths") or {}).items():
+        if isinstance(o, dict):
+            out.append(f"{path}: " + ", ".join(f"{v} ({k})" for k, v in o.items()))
+        else:
+            out.append(f"{path}: {o}")
+    steps = cell.get("steps")
+    if isinstance(steps, dict):
+        out.append("C9's steps: " + ", ".join(f"{k} {v}" for k, v in steps.items()))
+    return "; ".join(out)
+
+
+def _witness_view(mechanism, question, w):
+    """A disproved cell's witness for both outputs: an identity's (sizes, mask, indices, point, both sides) or
+    a bound's (saturation: one query row at given logits and compatibilities, both sides' certified bounds)."""
+    base = {"mechanism": mechanism, "question": question, "anchor": _anchor("mech-witness", mechanism, question),
+            "sizes": witness_sizes(w) if isinstance(w.get("sizes"), dict) else str(w.get("sizes", DASH))}
+    if "lhs_at_least" in w or "rhs_at_most" in w:
+        setting = [f"{w['options']} options" if "options" in w else None,
+                   f"logits ({', '.join(map(str, w.get('logits', [])))})" if "logits" in w else None,
+                   f"b ({', '.join(map(str, w.get('b', [])))})" if "b" in w else None,
+                   f"beta = {w['beta']}" if "beta" in w else None]
+        return {**base, "kind": "bound", "mask": "one query row, no mask" if not w.get("masked") else "causal mask",
+                "indices": DASH, "lhs": f"≥ {w.get('lhs_at_least', DASH)}", "rhs": f"≤ {w.get('rhs_at_most', DASH)}",
+                "setting": "; ".join(s for s in setting if s), "point": [], "point_count": 0}
+    point = w.get("point") or {}
+    return {**base, "kind": "identity", "mask": "causal mask" if w.get("masked") else "unmasked",
+            "indices": "(" + ", ".join(map(str, w.get("indices") or [])) + ")", "lhs": str(w.get("lhs", DASH)),
+            "rhs": str(w.get("rhs", DASH)), "setting": "", "point": point_entries(point), "point_count": len(point)}
+
+
+def _obj(value):
+    """A results.json object, or {} for anything else (a hand-edited or partial file)."""
+    return value if isinstance(value, dict) else {}
+
+
+def mechanisms_view(results):
+    """results.json's `mechanisms` (derive.mechanisms.table) for both outputs, or None where it is absent: the
+    paper's conjecture as (a)-(d) with who satisfies each, the mechanism x question table, every disproved cell's
+    witness, the mutants."""
+    data = _obj(results.get("mechanisms"))
+    meta, table = _obj(data.get("questions")), {k: v for k, v in _obj(data.get("table")).items() if isinstance(v, dict)}
+    if not table:
+        return None
+    order = list(meta)
+    for row in table.values():
+        order += [q for q in _obj(row.get("questions")) if q not in order]
+    letters = {q: letter for letter, q, _, _ in CONJECTURE}
+    fallback = {q: latex for _, q, _, latex in CONJECTURE}
+    questions = [{"id": q, "title": _obj(meta.get(q)).get("title") or q, "letter": letters.get(q, ""),
+                  "latex": math_pieces(_obj(meta.get(q)).get("latex") or fallback.get(q, ""))} for q in order]
+    rows, witnesses, mutants, extras = [], [], [], []
+    for name, row in table.items():
+        cells = []
+        for q in order:
+            cell = _obj(row.get("questions")).get(q)
+            if not isinstance(cell, dict):
+                cells.append({"question": q, "verdict": "not asked", "cls": "neutral", "reason": "", "tooltip": "",
+                              "anchor": "", "why_anchor": ""})
+                continue
+            verdict = cell.get("verdict", "undecided")
+            w = cell.get("witness")
+            anchor = ""
+            if verdict == "disproved" and isinstance(w, dict):
+                witnesses.append(_witness_view(name, q, w))
+                anchor = witnesses[-1]["anchor"]
+            reason = cell.get("reason") or ""
+            cells.append({"question": q, "verdict": verdict, "cls": verdict_class(verdict), "anchor": anchor,
+                          "reason": reason if verdict not in ("proved", "disproved") else "",
+                          "why_anchor": _anchor("mech-why", name, q),
+                          "tooltip": "; ".join(x for x in (reason, _cell_paths(cell)) if x)})
+        rows.append({"name": name, "title": row.get("title", ""), "ref": row.get("ref", ""),
+                     "normalised": row.get("normalised"), "latex": math_pieces(row.get("latex")),
+                     "routing_latex": math_pieces(row.get("routing_latex")), "cells": cells,
+                     "verdicts": {c["question"]: c["verdict"] for c in cells}})
+        for mid, m in _obj(row.get("mutants")).items():
+            paths = _obj(_obj(m).get("paths"))
+            mutants.append({"id": mid, "mechanism": name, "question": _obj(m).get("question", ""),
+                            "description": _obj(m).get("description", ""), "paths": paths,
+                            "all_rejected": bool(paths) and all(v == "disproved" for v in paths.values())})
+        for ename, e in _obj(row.get("extra")).items():
+            verdict = _obj(e).get("verdict", "undecided")
+            extras.append({"mechanism": name, "name": ename, "latex": math_pieces(_obj(e).get("latex")),
+                           "verdict": verdict, "cls": verdict_class(verdict)})
+    mutant_paths = [p for p in PATHS if any(p in m["paths"] for m in mutants)]
+    mutant_paths += sorted({p for m in mutants for p in m["paths"]} - set(mutant_paths))
+    for m in mutants:
+        m["cells"] = [MUTANT_LABELS.get(m["paths"].get(p), m["paths"].get(p, "not run")) for p in mutant_paths]
+    return {"questions": questions, "rows": rows, "witnesses": witnesses, "mutants": mutants,
+            "mutant_paths": mutant_paths, "extras": extras, "conjecture": _conjecture(rows, meta),
+            "rejected": sum(m["all_rejected"] for m in mutants), "seconds": data.get("seconds"),
+            "path_seconds": {p: s for p, s in _obj(data.get("path_seconds")).items()
+                             if isinstance(s, (int, float)) and not isinstance(s, bool)}}
+
+
+def _conjecture(rows, meta):
+    """(a)-(d) with the mechanisms each was proved and disproved for, and who satisfies all four."""
+    claims = []
+    for letter, q, text, fallback in CONJECTURE:
+        by = {v: [r["name"] for r in rows if r["verdicts"].get(q) == v] for v in ("proved", "disproved")}
+        by["open"] = [r["name"] for r in rows if r["verdicts"].get(q) not in ("proved", "disproved")]
+        claims.append({"letter": letter, "question": q, "text": text,
+                       "latex": math_pieces(_obj(meta.get(q)).get("latex") or fallback),
+                       "proved": _names(by["proved"]), "disproved": _names(by["disproved"]), "open": _names(by["open"])})
+    holds, refuted, open_ = [], [], []
+    for r in rows:
+        failed = [letter for letter, q, _, _ in CONJECTURE if r["verdicts"].get(q) == "disproved"]
+        if failed:
+            refuted.append({"name": r["name"], "failed": " and ".join(f"({x})" for x in failed)})
+        elif all(r["verdicts"].get(q) == "proved" for _, q, _, _ in CONJECTURE):
+            holds.append(r["name"])
+        else:
+            open_.append(r["name"])
+    return {"claims": claims, "holds": _names(holds), "refuted": refuted, "open": _names(open_)}
+
+
 def context(results):
     checks = results["checks"]
     counts = {s: sum(1 for c in checks if c["status"] == s) for s in ("pass", "fail", "skipped")}
@@ -399,14 +562,14 @@ def context(results):
         "replay": replay_view(results.get("experiments", {})),
         "fresh_summary": fresh_summary(claims, results.get("experiments", {})),
         "typicality": typicality_view(results.get("experiments", {})), "extended_howto": EXTENDED_HOWTO,
-        "deep": deep_view(results.get("experiments", {}), claims),
+        "deep": deep_view(results.get("experiments", {}), claims), "mech": mechanisms_view(results),
         "stages": results.get("stages", {}), "derive": results.get("derive", {}),
         "commands": [f"python -m derive.all{' --quick' if env.get('profile') == 'quick' else ''} --out DIR",
                      "python -m reports.render DIR", "pip install torch==2.13.0 -e '.[test]' && pytest"],
     }
 
 
-FILTERS = {"verdict_class": verdict_class, "outcome_class": outcome_class, "kill_class": kill_class,
+FILTERS = {"verdict_class": verdict_class, "outcome_class": outcome_class, "kill_class": kill_class, "clash_text": describe_clash,
            "path_outcomes": path_outcomes, "witness_brief": witness_brief, "witness_sizes": witness_sizes,
            "point_entries": point_entries, "first_reason": first_reason, "count": count,
            "claim_verdicts": claim_verdicts, "claim_context": claim_context}

@@ -150,6 +150,64 @@ def typicality():
                                                           "p_value": 0.008}}}
 
 
+# results.json `mechanisms` (derive/mechanisms/table.py): softmax proves everything; sigmoid's advantage cell is
+# disproved with an identity witness (11 point entries: more than the LaTeX listing shows), its saturation cell
+# with a bound's witness, its competition cell undecided; one mutant every path rejects, one that two do not.
+MECH_WITNESS = {"sizes": {"n": 3, "dk": 1, "dv": 1, "m": 2, "dx": 1}, "masked": True, "indices": [1, 0],
+                "point": {**{f"s[{i},{j}]": f"{i - j}/{3 + i + j}" for i in range(3) for j in range(3)},
+                          "beta": "-1/4", "v[0,0]": "2/7"},
+                "lhs": "0.0536271903311", "rhs": "0.0195988699932"}
+MECH_BOUND = {"sizes": {"n": 2, "dk": 1, "dv": 1, "m": 2, "dx": 1}, "options": 2, "logits": ["4", "0"], "b": ["1", "-1"],
+              "beta": "0", "lhs_at_least": "0.267662706213", "rhs_at_most": "0.0719448398484"}
+MECH_UNDECIDED = "general path over the 60 s budget at n symbolic"
+MECH_LATEX = {
+    "routing": "",
+    "advantage": r"\frac{\partial L}{\partial s_{ij}} = w_{ij}\big(b_{ij}-\textstyle\sum_k w_{ik}b_{ik}\big)",
+    "competition": r"\textstyle\sum_j \frac{\partial L}{\partial s_{ij}} = 0",
+    "content": r"\frac{\partial L}{\partial v_j} = \textstyle\sum_i w_{ij}u_i",
+    "em_step": r"J_j(\Delta_j)-J_j(\Delta^*_j)=\tfrac{N_j}{2\eta}\|\Delta_j-\Delta^*_j\|^2,\ "
+               r"\Delta^*_j=-\eta\,\tfrac{\sum_i w_{ij}u_i}{N_j}",
+    "saturation": r"\sum_j\Big|\frac{\partial L}{\partial s_{ij}}\Big|\le 4\,(1-\max_j w_{ij})\max_j|b_{ij}|"}
+MECH_TITLES = {"routing": "its exact routing gradient", "advantage": "routes by advantage", "competition": "keys compete",
+               "content": "responsibility-weighted content", "em_step": "EM-normalised content step",
+               "saturation": "C9's saturation bound"}
+
+
+def mechanisms():
+    """results.json's `mechanisms` for two mechanisms, as derive.mechanisms.table writes it."""
+    def cell(verdict, witness=None, reason=""):
+        outcome = {"proved": ("proved", "holds"), "disproved": ("disproved", "disproved"),
+                   "undecided": ("undecided", "undecided")}[verdict]
+        paths = {p: {"unmasked": outcome[p != "general"], "masked": outcome[p != "general"]}
+                 for p in ("general", "fixed", "rational")}
+        return {"verdict": verdict, "witness": witness, "reason": reason, "paths": paths, "seconds": 0.1}
+
+    proved = {q: cell("proved") for q in MECH_TITLES}
+    sigmoid = {**proved, "advantage": cell("disproved", MECH_WITNESS), "competition": cell("undecided", None, MECH_UNDECIDED),
+               "saturation": {"verdict": "disproved", "witness": MECH_BOUND, "seconds": 0.2,
+                              "reason": "the bound fails at 2 options, logits ['4', '0'], b ['1', '-1']",
+                              "steps": {"S1 baseline as mixture": "disproved", "S2 self term vanishes": "proved"}}}
+    return {"questions": {q: {"title": MECH_TITLES[q], "latex": MECH_LATEX[q]} for q in MECH_TITLES},
+            "table": {
+                "softmax": {"title": "softmax attention", "normalised": True, "ref": "the paper",
+                            "latex": r"w_{ij}=\frac{M_{ij}e^{s_{ij}}}{\sum_k M_{ik}e^{s_{ik}}},\ s_{ij}=c\,q_i\cdot k_j",
+                            "routing_latex": MECH_LATEX["advantage"], "questions": proved, "extra": {},
+                            "mutants": {"softmax-per-key": {"question": "routing", "description": "the per-key form w(1-w)b",
+                                                            "paths": {"general": "disproved", "fixed": "disproved",
+                                                                      "rational": "disproved"}}}},
+                "sigmoid": {"title": "sigmoid attention", "normalised": False, "ref": "arXiv 2409.04431",
+                            "latex": r"w_{ij}=M_{ij}\,\sigma(s_{ij}+\beta),\ s_{ij}=c\,q_i\cdot k_j",
+                            "routing_latex": r"\frac{\partial L}{\partial s_{ij}}=w_{ij}(1-w_{ij})\,b_{ij}",
+                            "questions": sigmoid,
+                            "extra": {"bias gradient": {**cell("proved"),
+                                                        "latex": r"\frac{\partial L}{\partial\beta}=\sum_{ij}w_{ij}(1-w_{ij})b_{ij}"}},
+                            "mutants": {"sigmoid-advantage": {"question": "routing",
+                                                              "description": "the paper's softmax form w(b - sum_k w b) applied to sigmoid",
+                                                              "paths": {"general": "disproved", "fixed": "holds",
+                                                                        "rational": "undecided"}}}}},
+            "seconds": 1.25, "path_seconds": {"general": 0.5, "fixed": 0.25, "rational": 0.5}}
+
+
 def fixture_results():
     arms = {a: {"seeds": [42, 2024], "final_loss": 2.0 - 0.05 * i, "final_entropy": 2.05 - 0.05 * i, "accuracy": 0.2 + 0.03 * i,
                 "heldout_loss": 2.01 - 0.05 * i, "kl_to_bayes_bits": 0.3 - 0.05 * i, "final_loss_ci95": 0.02,
@@ -211,7 +269,7 @@ def fixture_results():
         "environment": {"python": "3.11", "torch": "2.13.0", "sympy": "1.14.0", "device": "cpu", "profile": "quick",
                         "seeds": [0], "git_commit": None},
         "stages": {"derive": {"status": "fail", "seconds": 1.0, "checks": 3}},
-        "checks": checks, "claims": claims, "inconsistencies": [{"claim": "C2", **INCONSISTENCY}],
+        "checks": checks, "claims": claims, "inconsistencies": [{"claim": "C2", **INCONSISTENCY}], "mechanisms": mechanisms(),
         "benchmarks": [{"name": "numeric/fwd-bwd/module-vs-autograd/n=64/full", "device": "cpu", "dtype": "float32",
                         "shape": {"batch": 8, "n": 64, "d": 64, "causal": False}, "ours_s": 0.0007,
                         "reference": "autograd", "reference_s": 0.0007, "ratio": 1.02}],
@@ -252,9 +310,11 @@ def fixture_results():
 
 
 def legacy_results():
-    """The fixture as results.json was before three-state outcomes: no paths, witnesses, fuzzer or mutants."""
+    """The fixture as results.json was before three-state outcomes: no paths, witnesses, fuzzer, mutants or
+    mechanism table."""
     r = fixture_results()
     del r["inconsistencies"]
+    del r["mechanisms"]
     for key in ("fuzz", "engine_mutants", "rational_bound"):
         del r["derive"][key]
     for key in ("sticky_replay", "typicality", "deep_watch"):

@@ -61,8 +61,8 @@ def test_tex_escapes_and_sections(rendered):
     out, _ = rendered
     tex = (out / "report.tex").read_text()
     assert r"n=3 \& 50\% \textless{}odd\textgreater{} chars\_\{x\}" in tex
-    for section in ("Claims at a glance", "Derivations", "Negative controls", "How far the verdicts can be trusted",
-                    "Numeric agreement", "Benchmarks", "Experiments", "Reproduction"):
+    for section in ("Claims at a glance", "Derivations", "Negative controls", "Which mechanisms route by advantage?",
+                    "How far the verdicts can be trusted", "Numeric agreement", "Benchmarks", "Experiments", "Reproduction"):
         assert f"\\section{{{section}}}" in tex
 
 
@@ -71,8 +71,8 @@ def test_pdf_compiles_with_expected_sections(rendered):
     out, status = rendered
     assert status["pdf"][0] == "pass", status["pdf"]
     text = subprocess.run(["pdftotext", str(out / "report.pdf"), "-"], capture_output=True, text=True, check=True).stdout
-    for section in ("Claims at a glance", "Derivations", "Negative controls", "How far the verdicts can be trusted",
-                    "Numeric agreement", "Experiments"):
+    for section in ("Claims at a glance", "Derivations", "Negative controls", "Which mechanisms route by advantage?",
+                    "How far the verdicts can be trusted", "Numeric agreement", "Experiments"):
         assert section in text
     assert "derive/C2/main/fixed/masked" in text and "INTERNAL INCONSISTENCY" in text and "Witnesses" in text
 
@@ -198,14 +198,16 @@ def test_soundness_section_in_both_outputs(rendered):
     assert "40 random claims (seed 7): 24 true and 16 false identities" in sound
     assert "Oracle margin 1.00e-06; closest false gap 0.0031" in sound
     assert 'id="false-verdicts"' in sound and "sum_j alpha_ij v_j = v_i (fuzz #17)" in sound
-    assert '<td>rational</td><td class="num">24</td><td class="num">15</td><td class="num">1</td><td class="num">90.0%</td>' in sound
+    # holds: 0 where results.json predates the outcome (a fixed-size path's "true at the sizes it tried")
+    assert ('<td>rational</td><td class="num">24</td><td class="num">0</td><td class="num">15</td><td class="num">1</td>'
+            '<td class="num">90.0%</td>') in sound
     assert '<span class="badge bad">1</span></td><td class="num">12.5</td>' in sound
     assert '<td>chain-rule</td><td class="num">30</td><td class="num">18</td><td class="num">80.0%</td>' in sound
     assert '<span class="badge bad">1 killed (50.0%)</span>' in sound and ">survived</span>" in sound
     assert "<td>C1 general, fuzz softmax-rows</td>" in sound and "Schwartz-Zippel" in sound
     assert "not run in this invocation" not in html
     assert r"\section{How far the verdicts can be trusted}" in tex
-    assert r"rational & 24 & 15 & 1 & 90.0\% & 75.0\% & \verdict{bad}{1} & 12.5" in tex
+    assert r"rational & 24 & 0 & 15 & 1 & 90.0\% & 75.0\% & \verdict{bad}{1} & 12.5" in tex
     assert r"chain-rule & 30 & 18 & 80.0\%" in tex and r"(fuzz \#17)" in tex
     assert r"\verdict{bad}{1 killed, 50.0\%}" in tex and r"\verdict{bad}{survived}" in tex
     assert r"p = 2\textasciicircum{}61 − 1 with probability ≤ d/p" in tex  # TeX gets the Unicode via the preamble
@@ -442,3 +444,157 @@ def test_deep_model_section_says_when_it_did_not_run(tmp_path):
     html, tex = _render(tmp_path, legacy_results())
     assert '<p id="deep-watch-howto">W1 (the watched deep model): not run in this invocation.</p>' in html
     assert "W1 (the watched deep model): not run in this invocation." in tex and "fig-deep_js" not in html
+
+
+def _mechanisms_section(html):
+    return html[html.index('<h2 id="mechanisms">'):html.index('<h2 id="soundness">')]
+
+
+def _tex_mechanisms_section(tex):
+    return tex[tex.index(r"\section{Which mechanisms route by advantage?}"):tex.index(r"\section{How far the verdicts")]
+
+
+def test_mechanism_section_states_the_conjecture_from_the_data(rendered):
+    out, _ = rendered
+    html, tex = (out / "report.html").read_text(), (out / "report.tex").read_text()
+    sec = _mechanisms_section(html)
+    assert html.index('id="kill-matrix"') < html.index('id="mechanisms"') < html.index('id="soundness"')
+    # (a)-(d), each its identity from results.json and who it was proved and disproved for
+    assert (r"<li><b>(a)</b> \(\frac{\partial L}{\partial s_{ij}} = w_{ij}\big(b_{ij}-\textstyle\sum_k w_{ik}b_{ik}\big)\)"
+            " (routes by advantage, question <code>advantage</code>): <span class=\"badge mini good\">proved</span> for "
+            "softmax; <span class=\"badge mini bad\">disproved</span> for sigmoid.</li>") in sec
+    assert "<li><b>(b)</b>" in sec and '<span class="badge mini partial">undecided</span> for sigmoid.</li>' in sec
+    assert '<li><b>(c)</b> \\(\\frac{\\partial L}{\\partial v_j}' in sec
+    assert r"<li><b>(d)</b> \(J_j(\Delta_j)-J_j(\Delta^*_j)=\tfrac{N_j}{2\eta}\|\Delta_j-\Delta^*_j\|^2\), \(\Delta^*_j" in sec
+    assert ("All four are proved for <b>softmax</b>: these route like softmax attention. Certified counterexamples "
+            "refute the conjecture for <b>sigmoid</b> (to (a)).") in sec
+    assert "1.25 s for the whole table (general 0.5 s, fixed 0.25 s, rational 0.5 s)" in sec
+    assert "one-step analysis" in sec and "not what the recurrence does to that gradient across time steps" in sec
+    tex_sec = _tex_mechanisms_section(tex)
+    assert r"\label{mechanisms}" in tex_sec
+    assert (r"\item[{(}a)] $\frac{\partial L}{\partial s_{ij}} = w_{ij}\big(b_{ij}-\textstyle\sum_k w_{ik}b_{ik}\big)$ "
+            r"{(}routes by advantage, question \texttt{advantage}): \verdict{good}{proved} for softmax; "
+            r"\verdict{bad}{disproved} for sigmoid.") in tex_sec
+    assert r"refute the conjecture for \textbf{sigmoid} (to (a))" in tex_sec and "one-step analysis" in tex_sec
+
+
+def test_mechanism_table_rows_verdicts_and_formulas(rendered):
+    out, _ = rendered
+    html, tex = (out / "report.html").read_text(), (out / "report.tex").read_text()
+    sec = _mechanisms_section(html)
+    q = sec[sec.index('id="mech-questions"'):sec.index("</table>", sec.index('id="mech-questions"'))]
+    assert r"<td><code>competition</code> (b)</td><td>keys compete</td><td>\(\textstyle\sum_j \frac{\partial L}" in q
+    assert "<td><code>routing</code></td><td>its exact routing gradient</td><td>the mechanism's own routing gradient" in q
+    table = sec[sec.index('id="mech-table"'):sec.index("</table>", sec.index('id="mech-table"'))]
+    softmax = table[table.index('id="mech-softmax"'):table.index('id="mech-sigmoid"')]
+    sigmoid = table[table.index('id="mech-sigmoid"'):]
+    assert softmax.count('<span class="badge good">proved</span>') == 6 and "disproved" not in softmax
+    # the weight split at its top-level ",\ " so it wraps; the proved routing gradient beneath
+    assert r"\(w_{ij}=M_{ij}\,\sigma(s_{ij}+\beta)\), \(s_{ij}=c\,q_i\cdot k_j\)" in sigmoid
+    assert r'routing gradient:</span> \(\frac{\partial L}{\partial s_{ij}}=w_{ij}(1-w_{ij})\,b_{ij}\)' in sigmoid
+    cells = re.findall(r'<td class="v"[^>]*><span class="badge (\w+)">([\w ]+)</span>', sigmoid)
+    assert cells == [("good", "proved"), ("bad", "disproved"), ("partial", "undecided"), ("good", "proved"),
+                     ("good", "proved"), ("bad", "disproved")]  # colour and a label that reads in black and white
+    assert '<a class="small" href="#mech-witness-sigmoid-advantage">witness</a>' in sigmoid
+    assert '<a class="small" href="#mech-why-sigmoid-competition">why</a>' in sigmoid  # the reason beneath the table
+    assert ('<p class="small" id="mech-why-sigmoid-competition">Why undecided, <code>sigmoid</code> / '
+            '<code>competition</code>: general path over the 60 s budget at n symbolic</p>') in sec
+    assert 'title="general: disproved (unmasked), disproved (masked); fixed: disproved' in sigmoid
+    assert r"<code>sigmoid</code> bias gradient \(\frac{\partial L}{\partial\beta}" in sec
+    tex_sec = _tex_mechanisms_section(tex)
+    assert (r"\textbf{\texttt{sigmoid}} & \verdict{good}{proved} & \verdict{bad}{disproved}\newline{\scriptsize"
+            r"\hyperlink{mech-witness-sigmoid-advantage}{witness}} & \verdict{partial}{undecided} & ") in tex_sec
+    assert r"\textbf{\texttt{softmax}}" + r" & \verdict{good}{proved}" * 6 + r" \\*" in tex_sec
+    assert r"$w_{ij}=M_{ij}\,\sigma(s_{ij}+\beta)$, $s_{ij}=c\,q_i\cdot k_j$; routing gradient $\frac{\partial L}" in tex_sec
+    assert r"\texttt{em\_step} {(}d) & EM-normalised content step & $J_j(\Delta_j)" in tex_sec
+    assert r"Why undecided, \texttt{sigmoid} / \texttt{competition}: general path over the 60 s budget" in tex_sec
+
+
+def test_mechanism_witnesses_are_recheckable(rendered):
+    out, _ = rendered
+    html, tex = (out / "report.html").read_text(), (out / "report.tex").read_text()
+    sec = _mechanisms_section(html)
+    w = sec[sec.index('id="mech-witness-table"'):sec.index("</table>", sec.index('id="mech-witness-table"'))]
+    assert ('<tr id="mech-witness-sigmoid-advantage"><td><code>sigmoid</code></td><td>advantage</td>'
+            '<td>n=3 dk=1 dv=1 m=2 dx=1</td><td>causal mask</td><td>(1, 0)</td><td class="nowrap">0.0536271903311</td>'
+            '<td class="nowrap">0.0195988699932</td></tr>') in w
+    point = w[w.index("<details>"):w.index("</details>")]
+    assert "<summary>exact point: 11 entries</summary>" in point  # collapsed, every entry inside
+    assert '<code class="nowrap">s[0,1] = -1/4</code>' in point and '<code class="nowrap">v[0,0] = 2/7</code>' in point
+    assert ('<tr id="mech-witness-sigmoid-saturation"><td><code>sigmoid</code></td><td>saturation</td>'
+            '<td>n=2 dk=1 dv=1 m=2 dx=1</td><td>one query row, no mask</td><td>–</td>'
+            '<td class="nowrap">≥ 0.267662706213</td><td class="nowrap">≤ 0.0719448398484</td></tr>') in w
+    assert "at 2 options; logits (4, 0); b (1, -1); beta = 0" in w
+    tex_sec = _tex_mechanisms_section(tex)
+    assert (r"\hypertarget{mech-witness-sigmoid-advantage}{}\texttt{sigmoid} & advantage & n=3 dk=1 dv=1 m=2 dx=1 & "
+            r"causal mask & (1, 0) & 0.05362719\allowbreak{}03311 & 0.01959886\allowbreak{}99932 \\*") in tex_sec
+    assert (r"point {(}11 entries, the first 8 shown, all in \texttt{results.json}): \texttt{s[0,0] = 0/3, "
+            r"s[0,1] = -1/4") in tex_sec
+    assert r"s[2,1] = 1/6}, \ldots" in tex_sec and "v[0,0]" not in tex_sec  # cut, and said so
+    assert r"one query row, no mask & – & ≥ 0.26766270\allowbreak{}6213 & ≤ 0.07194483\allowbreak{}98484" in tex_sec
+
+
+def test_mechanism_mutants_follow_the_kill_matrix(rendered):
+    out, _ = rendered
+    html, tex = (out / "report.html").read_text(), (out / "report.tex").read_text()
+    sec = _mechanisms_section(html)
+    assert '<span class="badge bad">1 of 2 rejected by every path</span>' in sec
+    assert ("<tr><td><code>softmax-per-key</code></td><td>softmax</td><td>routing</td><td>the per-key form w(1-w)b</td>\n"
+            + '<td><span class="badge good">rejected</span></td>' * 4 + "</tr>") in sec
+    assert ('<td><span class="badge good">rejected</span></td><td><span class="badge bad">ACCEPTED (holds)</span></td>'
+            '<td><span class="badge bad open">undecided</span></td><td><span class="badge bad">NOT rejected</span></td>') in sec
+    tex_sec = _tex_mechanisms_section(tex)
+    assert r"\verdict{bad}{1 of 2 rejected by every path}" in tex_sec
+    assert (r"\texttt{sigmoid-\allowbreak{}advantage} {(}routing) & sigmoid & the paper's softmax form w(b - sum\_k w b) "
+            r"applied to sigmoid & \verdict{good}{rejected} & \verdict{bad}{ACCEPTED (holds)} & \verdict{bad}{undecided} & "
+            r"\verdict{bad}{NOT rejected} \\") in tex_sec
+
+
+@pytest.mark.skipif(not shutil.which("pdflatex"), reason="TeX is installed by .ci/run; not on this machine")
+def test_pdf_has_the_mechanism_section(rendered):
+    out, status = rendered
+    assert status["pdf"][0] == "pass", status["pdf"]
+    text = subprocess.run(["pdftotext", str(out / "report.pdf"), "-"], capture_output=True, text=True, check=True).stdout
+    sec = text[text.index("Which mechanisms route by advantage?"):text.index("How far the verdicts can be trusted")]
+    for words in ("Counterexamples", "Mechanism mutants", "sigmoid-advantage", "ACCEPTED", "one-step analysis",
+                  "11 entries, the first 8 shown, all in results.json", "at 2 options; logits (4, 0)"):
+        assert words in sec, words
+
+
+def test_mechanism_section_absent_is_one_line(tmp_path):
+    from report_fixture import fixture_results, legacy_results
+
+    note = "Which mechanisms route by advantage: not in this results.json"
+    for results in (legacy_results(), {**fixture_results(), "mechanisms": {}}):  # older file; --only without derive
+        html, tex = _render(tmp_path, results)
+        sec = _mechanisms_section(html)
+        assert sec.count("<p") == 1 and f'<p id="mechanisms-absent">{note}' in sec and 'id="mech-table"' not in sec
+        tex_sec = _tex_mechanisms_section(tex)
+        assert r"Which mechanisms route by advantage: not in this \texttt{results.json}" in tex_sec
+        assert r"\begin{longtable}" not in tex_sec and r"\section{Which mechanisms route by advantage?}" in tex
+
+
+def test_mechanism_section_renders_partial_data(tmp_path):
+    from report_fixture import fixture_results
+
+    r = fixture_results()
+    table = r["mechanisms"]["table"]
+    del table["softmax"]["questions"]["saturation"]  # a question one row was not asked
+    table["sigmoid"]["mutants"]["sigmoid-advantage"]["paths"] = {"general": "disproved"}
+    del r["mechanisms"]["questions"], r["mechanisms"]["seconds"], r["mechanisms"]["path_seconds"]
+    table["odd"] = "not an object"
+    html, tex = _render(tmp_path, r)
+    sec = _mechanisms_section(html)
+    assert '<span class="badge neutral">not asked</span>' in sec and 'id="mech-odd"' not in sec
+    assert '<span class="badge neutral">not run</span>' in sec and "for the whole table" not in sec
+    assert r"\verdict{neutral}{not asked}" in _tex_mechanisms_section(tex)
+    # without the questions' LaTeX in results.json, the conjecture is still stated
+    assert r"<li><b>(b)</b> \(\sum_j \frac{\partial L}{\partial s_{ij}} = 0\)" in sec
+    assert "<td><code>saturation</code></td><td>saturation</td><td>&ndash;</td>" in sec
+
+
+def test_math_pieces_split_only_at_top_level():
+    from reports.render import math_pieces
+
+    assert math_pieces(r"w=\frac{a,\ b}{c},\ s=c\,q\cdot k,\ f(x,\ y)") == [r"w=\frac{a,\ b}{c}", r"s=c\,q\cdot k", r"f(x,\ y)"]
+    assert math_pieces("") == [] and math_pieces(None) == [] and math_pieces(r"\{a,\ b") == [r"\{a", "b"]

@@ -54,9 +54,9 @@ def test_a_wrong_second_derivative_is_disproved(path):
 @pytest.mark.parametrize("path", PATHS)
 def test_a_true_second_derivative_is_never_disproved(path):
     out = run_path(path, HESSIAN_SYMMETRIC, False, "Hessian symmetric", dict(QUICK, grid=QUICK["grid"][:2]))
-    assert out.status in ("proved", "undecided"), out.measured
+    assert out.status in ("proved", "holds", "undecided"), out.measured
     if path != "general":
-        assert out.status == "proved", out.measured
+        assert out.status == "holds", out.measured
 
 
 def test_readout_gradients_are_not_linearised():
@@ -70,4 +70,4 @@ def test_readout_gradients_are_not_linearised():
 def test_division_by_a_size_is_exact(path):
     """1 / m.size("n") must not become a float on the fixed-size paths (sum_j 1/n = 1 would then 'differ')."""
     mean = ident(("n",), "scores", lambda m, i: m.sum("n", lambda j: 1 / m.size("n")), lambda m, i: 1)
-    assert run_path(path, mean, True, "mean of ones", QUICK).status == "proved"
+    assert run_path(path, mean, True, "mean of ones", QUICK).status == ("proved" if path == "general" else "holds")

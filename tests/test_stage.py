@@ -59,7 +59,7 @@ def test_engine_mutants_and_rational_bound_are_recorded(results):
     assert em["planted"] >= 10 and em["killed"] == em["planted"] and em["kill_rate"] == 1.0
     assert "Schwartz" in data["derive"]["rational_bound"]
     claims = {c["id"]: c for c in data["claims"]}
-    assert claims["C1"]["paths"] == {"general": "proved", "fixed": "proved", "rational": "proved"}
+    assert claims["C1"]["paths"] == {"general": "proved", "fixed": "holds", "rational": "holds"}
     assert data["inconsistencies"] == []
 
 

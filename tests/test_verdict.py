@@ -83,7 +83,9 @@ def test_a_perturbed_api_kernel_makes_its_claim_fail(monkeypatch):
 
 
 def test_a_path_contradicting_another_is_reported_loudly():
-    """With a fault planted in the rational path, it proves what the others disprove: an internal inconsistency."""
+    """With a fault planted in the rational path, it says the wrong formula holds at its sizes while the others
+    disprove it elsewhere; the stage's cross-check finds a witness at the rational path's own sizes: an internal
+    inconsistency."""
     from derive import claims as registry
     from derive import engine_faults
     from derive.all import open_verdicts, summary
@@ -104,7 +106,8 @@ def test_a_path_contradicting_another_is_reported_loudly():
         del registry.REGISTRY["Z1"]
     z1 = results.claims["Z1"]
     assert z1["verdict"] == "failed" and z1["evidence"].startswith("INTERNAL INCONSISTENCY")
-    assert {(x["proved_by"], x["disproved_by"]) for x in results.inconsistencies()} >= {("rational", "general")}
+    assert {(x["proved_by"], x["disproved_by"]) for x in results.inconsistencies()} >= {("rational", "cross-check")}
+    assert all(x["held_at"] for x in results.inconsistencies())
     assert "INTERNAL INCONSISTENCY in claim Z1" in summary(results, {"Z1"})
     assert open_verdicts(results, [wrong]) == ["Z1"]
 
