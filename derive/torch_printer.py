@@ -6,8 +6,11 @@ Operands are parenthesised by precedence, as `sympy.printing` does with `parenth
 code is never edited afterwards. A sum over dummies of a product becomes one contraction (`@`,
 `torch.linalg.vecdot`, `.sum` or `torch.einsum("...ia,...ja->...ij")`); elementwise lines broadcast
 by inserting `None` axes; the softmax pattern M e^x / sum_k M e^x becomes a fused, max-shifted
-softmax and log(sum_c e^z) a logsumexp. Anything else raises `UnsupportedNode` (strict: no silent
-fallback). SymPy's own `TorchPrinter` is not used: it prints square transposes wrongly and passes
+softmax (with one more logit e^y in the normaliser, an attention sink: `_softmax_extra`) and log(sum_c e^z)
+a logsumexp; the logistic pattern e^x / (1 + e^x) becomes torch.sigmoid and
+log(sum_a e^{x_ia} e^{y_ja}) a max-shifted log of a matrix product (`_log_matmul_exp`), so neither overflows
+(`PATTERNS` lists the fused patterns and the helpers they call). Anything else raises `UnsupportedNode`
+(strict: no silent fallback). SymPy's own `TorchPrinter` is not used: it prints square transposes wrongly and passes
 scalars to einsum.
 """
 from __future__ import annotations
@@ -26,6 +29,17 @@ LETTERS = "abcdefghijklmnopqrstuvwxyz"
 # Python's operators: + -, then * / @ (and a leading minus, printed as SymPy does), then **, then
 # names, calls, subscripts and attributes.
 ADD, MUL, POW, ATOM = PRECEDENCE["Add"], PRECEDENCE["Mul"], PRECEDENCE["Pow"], PRECEDENCE["Atom"]
+# The fused patterns: what the printer recognises, what it prints, and the helper (defined in the generated
+# module's header) the printed code calls, if any.
+PATTERNS = (
+    ("M_ij e^{x_ij} / sum_k M_ik e^{x_ik}", "_softmax(x, M, dim) (max-shifted; an empty row gives 0)", "_softmax"),
+    ("M_ij e^{x_ij} / (e^y + sum_k M_ik e^{x_ik})", "_softmax_extra(x, M, dim, y) (one more logit: a sink)",
+     "_softmax_extra"),
+    ("log sum_k e^{x_k}", "torch.logsumexp(x, dim)", None),
+    ("log sum_a e^{x_ia} e^{y_ja}", "_log_matmul_exp(x, y) (max-shifted per row of x and of y)", "_log_matmul_exp"),
+    ("e^x / (1 + e^x)", "torch.sigmoid(x)", None),
+    ("1 / (1 + e^x)", "torch.sigmoid(-x)", None),
+)
 
 
 class Tensor(NamedTuple):
@@ -52,6 +66,10 @@ class TorchPrinter(Printer):
         self.index_dims = index_dims
         self.target = ()  # preferred axis order of the line being printed
         self.overwritable = set()  # labels of temporaries that die on this line (softmax may reuse them)
+        # 1/x of an x positive by construction (a sum of products of exps) without the 1/0 := 0 guard of _recip
+        # (the mechanism kernels; the committed attention kernels keep _recip everywhere).
+        self.positive_reciprocal = False
+        self.positive_labels = set()  # temporaries positive by construction (e^q computed once: derive.codegen)
 
     def _order(self, axes):
         """Axes in the order of the line's target where they occur there, the rest after."""
@@ -159,6 +177,8 @@ class TorchPrinter(Printer):
         return product([self.tensor(f) for f in num] + list(tensors), [self.tensor(f) for f in den], axes)
 
     def _print_Pow(self, e):
+        if _logistic_argument(e) is not None:  # (1 + e^x)^-1 alone (in a product, _sigmoid sees it)
+            return self._sigmoid([e])[0]
         if not e.exp.is_Integer:
             raise UnsupportedNode(f"power {e.exp} is not supported: {e}")
         base, k = self.tensor(e.base), int(e.exp)
@@ -166,7 +186,9 @@ class TorchPrinter(Printer):
             power = base if abs(k) == 1 else Tensor(f"{paren(base, POW, strict=True)} ** {abs(k)}", (), POW, True)
             return power if k > 0 else Tensor(f"1 / {paren(power, MUL, strict=True)}", (), MUL, True)
         if k < 0:  # 1/0 := 0 (a fully masked row)
-            inv = Tensor(f"_recip({base.code})", base.axes)
+            inv = (Tensor(f"torch.reciprocal({base.code})", base.axes)
+                   if self.positive_reciprocal and _positive(e.base, self.positive_labels)
+                   else Tensor(f"_recip({base.code})", base.axes))
             return inv if k == -1 else Tensor(f"{inv.code} ** {-k}", base.axes, POW)
         if k == 2:
             return Tensor(f"{paren(base, ATOM)}.square()", base.axes)
@@ -183,8 +205,32 @@ class TorchPrinter(Printer):
             x = self.tensor(inner.function.args[0])
             axes = tuple(a for a in x.axes if a != k)
             return Tensor(f"torch.logsumexp({x.code}, dim={_dim(x.axes, k)})", axes)
+        fused = self._log_matmul_exp(inner)
+        if fused is not None:
+            return fused
         arg = self._tensor_arg(e)
         return Tensor(f"torch.log({arg.code})", arg.axes)
+
+    def _log_matmul_exp(self, inner):
+        """log sum_a e^{x_ia} e^{y_ja} (two exp factors, each on its own free index and the summed one) as
+        _log_matmul_exp(x, y): the log of a product of exp-feature matrices, max-shifted so that it is finite
+        wherever the result is. None when `inner` is not of that shape."""
+        if not (isinstance(inner, sp.Sum) and len(inner.limits) == 1):
+            return None
+        k = inner.limits[0][0]
+        factors = sp.Mul.make_args(inner.function)
+        if len(factors) != 2 or not all(isinstance(f, sp.exp) for f in factors):
+            return None
+        with self._natural_order():
+            x, y = (self.tensor(f.args[0]) for f in factors)
+        if len(x.axes) != 2 or len(y.axes) != 2 or k not in x.axes or k not in y.axes:
+            return None
+        (i,), (j,) = [a for a in x.axes if a != k], [a for a in y.axes if a != k]
+        if i == j:
+            return None
+        if self._order((i, j)) != (i, j):
+            (x, i), (y, j) = (y, j), (x, i)
+        return Tensor(f"_log_matmul_exp({_matrix(x, (i, k)).code}, {_matrix(y, (j, k)).code})", (i, j))
 
     def _tensor_arg(self, e):
         arg = self.tensor(e.args[0])
@@ -208,7 +254,7 @@ class TorchPrinter(Printer):
     def _factors(self, product):
         """A product's number factors (SymPy) and tensor factors (printed, the softmax pattern fused first)."""
         factors = list(sp.Mul.make_args(product))
-        tensors = self._softmax(factors)
+        tensors = self._softmax(factors) + self._sigmoid(factors)
         numbers = [f for f in factors if self._is_number(f)]
         return numbers, tensors + [self.tensor(f) for f in factors if not self._is_number(f)]
 
@@ -231,10 +277,11 @@ class TorchPrinter(Printer):
     def _softmax(self, factors):
         """Find M_ij e^{x_ij} (sum_k M_ik e^{x_ik})^-1 among `factors`; replace it by a fused softmax."""
         for pw in factors:
-            if not (isinstance(pw, sp.Pow) and pw.exp == -1 and isinstance(pw.base, sp.Sum) and len(pw.base.limits) == 1):
+            total, extra = _normaliser(pw)
+            if total is None:
                 continue
-            k = pw.base.limits[0][0]
-            inner = sp.Mul.make_args(pw.base.function)
+            k = total.limits[0][0]
+            inner = sp.Mul.make_args(total.function)
             exps = [f for f in inner if isinstance(f, sp.exp)]
             masks = [f for f in inner if not isinstance(f, sp.exp)]
             if len(exps) != 1 or len(masks) > 1:
@@ -253,9 +300,68 @@ class TorchPrinter(Printer):
                     x = self.tensor(num.args[0])
                     m = align(self.tensor(mask[0]), x.axes).code if mask else "None"
                     arg = num.args[0]
+                    if extra is not None:  # one more logit in the normaliser: an attention sink
+                        y = align(self.tensor(extra), x.axes).code
+                        return [Tensor(f"_softmax_extra({x.code}, {m}, dim={_dim(x.axes, j)}, extra={y})", x.axes)]
                     fn = "_softmax_" if isinstance(arg, sp.Indexed) and str(arg.base.label) in self.overwritable else "_softmax"
                     return [Tensor(f"{fn}({x.code}, {m}, dim={_dim(x.axes, j)})", x.axes)]
         return []
+
+    # -- the logistic pattern -------------------------------------------------------------------------
+    def _sigmoid(self, factors):
+        """Replace e^x (1 + e^x)^-1 among `factors` by torch.sigmoid(x), and a remaining (1 + e^x)^-1 by
+        torch.sigmoid(-x): printed as written, e^x / (1 + e^x) is inf / inf = NaN once e^x overflows."""
+        out = []
+        for pw in list(factors):
+            x = _logistic_argument(pw)
+            if x is None or pw not in factors:
+                continue
+            factors.remove(pw)
+            arg = self.tensor(x)
+            if sp.exp(x) in factors:
+                factors.remove(sp.exp(x))
+                out.append(Tensor(f"torch.sigmoid({arg.code})", arg.axes))
+            else:
+                out.append(Tensor(f"torch.sigmoid({negate(arg).code})", arg.axes))
+        return out
+
+
+def _normaliser(pw):
+    """(the sum, the extra logit y or None) when `pw` is (sum_k M_ik e^{x_ik})^-1 or (e^y + sum_k M_ik e^{x_ik})^-1;
+    (None, None) otherwise."""
+    if not (isinstance(pw, sp.Pow) and pw.exp == -1):
+        return None, None
+    if isinstance(pw.base, sp.Sum) and len(pw.base.limits) == 1:
+        return pw.base, None
+    if isinstance(pw.base, sp.Add) and len(pw.base.args) == 2:
+        sums = [a for a in pw.base.args if isinstance(a, sp.Sum) and len(a.limits) == 1]
+        exps = [a for a in pw.base.args if isinstance(a, sp.exp)]
+        if len(sums) == 1 and len(exps) == 1:
+            return sums[0], exps[0].args[0]
+    return None, None
+
+
+def _positive(e, labels=()):
+    """Whether e > 0 by construction: exps, positive numbers, entries of `labels`, and sums and products of them
+    (no mask, which may empty a sum)."""
+    if isinstance(e, sp.exp) or (e.is_Number and e > 0):
+        return True
+    if isinstance(e, sp.Indexed):
+        return str(e.base.label) in labels
+    if isinstance(e, sp.Sum):
+        return _positive(e.function, labels)
+    if isinstance(e, (sp.Mul, sp.Add)):
+        return all(_positive(a, labels) for a in e.args)
+    return False
+
+
+def _logistic_argument(pw):
+    """x when `pw` is (1 + e^x)^-1, else None."""
+    if not (isinstance(pw, sp.Pow) and pw.exp == -1 and isinstance(pw.base, sp.Add) and len(pw.base.args) == 2):
+        return None
+    one = [t for t in pw.base.args if t == 1]
+    exps = [t for t in pw.base.args if isinstance(t, sp.exp)]
+    return exps[0].args[0] if one and exps else None
 
 
 def split_sign(e):

@@ -106,15 +106,17 @@ def _timed(fn, args, device):
     return time.perf_counter() - t0
 
 
-def time_runs(args, device, repeats, warmups=1):
-    """Median seconds per runner, runners interleaved within each repeat, after `warmups` calls of each."""
-    times = {name: [] for name in RUNNERS}
+def time_runs(args, device, repeats, warmups=1, runners=None):
+    """Median seconds per runner (default RUNNERS), runners interleaved within each repeat, after `warmups`
+    calls of each."""
+    runners = RUNNERS if runners is None else runners
+    times = {name: [] for name in runners}
     for _ in range(warmups):
-        for fn in RUNNERS.values():
+        for fn in runners.values():
             fn(*args)
     synchronize(device)
     for _ in range(repeats):
-        for name, fn in RUNNERS.items():
+        for name, fn in runners.items():
             times[name].append(_timed(fn, args, device))
     return {name: statistics.median(ts) for name, ts in times.items()}
 

@@ -1,0 +1,383 @@
+"""The routing mechanisms' generated kernels against torch.autograd, their mutants rejected, their speed.
+
+Every mechanism with attention's kernel shape has generated kernels (numeric/generated/mechanisms.py, emitted by
+`python -m derive.codegen --write` from its score, weight and proved routing form): the logits, the forward
+(w, o) and the backward (dS by the routing form, dQ and dK by the chain rule through the score, dV by
+responsibility-weighted content; once from q, k, v, u and once reusing the forward's w and o). They are compared
+with torch.autograd through the mechanism's own plain-torch `reference` (derive/mechanisms/<name>.py: the
+weights from q and k; o = w v, loss <u, o>), per dtype, causal-masked and unmasked:
+
+- float64 is the verification tier, float32 is compared with a float64 reference computed from the same rounded
+  inputs; tolerances are relative to the largest reference entry, per dtype (numeric.agreement.TOLERANCE).
+- dL/ds has no autograd reference through q and k alone: the reference is evaluated at inputs whose score is the
+  given logits (`INVERSIONS`: q = s, k = I for a bilinear score; k = log I for a log-kernel one), accepted only
+  where it reproduces the reference's weights at the real q, k to float64 rounding, and differentiated by s.
+- Each routing mutant (a wrong closed form of dS, Mechanism.mutants) is emitted too and must differ from
+  autograd's dS beyond the float64 tolerance (in the masked or the unmasked variant).
+- The closed forms the kernels compute by (derive.kernels.mechanism_identities: the routing form, content, the
+  fused baseline, the chain rule through the score) are proved on the general path (`forms-proved`), and at
+  logits in the hundreds every output stays finite (`large-scores`: e^s overflows float32 there).
+
+    python -m numeric.mechanisms [--quick] [--profile quick|default|gpu] [--device cpu|cuda] [--json FILE]
+
+runs the checks and the benchmark (each mechanism's generated forward + backward against autograd on its
+reference, float32, threads pinned to 1) and prints them.
+"""
+from __future__ import annotations
+
+import argparse
+import inspect
+import json
+import math
+import sys
+import time
+import types
+
+import torch
+
+from numeric import bench
+from numeric.agreement import TOLERANCE, rel_error
+from numeric.reference import causal_mask
+
+DTYPES = (torch.float64, torch.float32)
+VARIANTS = ("masked", "unmasked")  # masked: the causal mask
+# (batch dims, n, d_k, d_v) of the agreement draws: batch and head dims, d_k != d_v.
+SHAPES = (((2,), 9, 5, 4), ((2, 3), 6, 3, 7))
+FIELDS = ("alpha", "o", "dS", "dQ", "dK", "dV")
+LARGE_MAGNITUDE = 12.0  # inputs scaled so that |s| reaches the hundreds: e^s overflows float32 there
+# The benchmark: sizes and repeats per profile (numeric.bench's batch, d, warm-ups and paired timing).
+BENCH_SIZES = {"default": (256, 1024), "quick": (64, 128), "gpu": (1024, 2048)}
+BENCH_REPEATS = {"default": {256: 20, 1024: 5}, "quick": {64: 20, 128: 10}, "gpu": {1024: 30, 2048: 20}}
+
+
+# -- the generated module -----------------------------------------------------------------------------------------
+def generated_module():
+    """The committed numeric/generated/mechanisms.py, or a fresh emission when a mechanism is registered that it
+    does not cover (a mechanism registered at run time gets kernels without any edit of the code generator)."""
+    from derive import mechanisms as registry
+    from numeric.generated import mechanisms as committed
+
+    registry.builtin()
+    covered = set(committed.MECHANISMS) | set(committed.UNEMITTED)
+    if all(name in covered for name in registry.REGISTRY):
+        return committed
+    return emit_module(list(registry.BUILTIN) + [n for n in registry.REGISTRY if n not in registry.BUILTIN])
+
+
+def emit_module(names):
+    """The mechanisms' kernels for `names`, emitted and loaded now (derive.codegen.emit_mechanisms)."""
+    from derive.codegen import emit_mechanisms
+
+    module = types.ModuleType("numeric.generated.fresh_mechanisms")
+    exec(compile(emit_mechanisms(names), "<fresh emission of the mechanisms>", "exec"), module.__dict__)
+    return module
+
+
+def kernel(module, name, kind, variant):
+    return getattr(module, module.MECHANISMS[name][kind][variant])
+
+
+def call(fn, env):
+    """fn called with the entries of `env` its parameters name (kernels take only what they read)."""
+    return fn(**{p: env[p] for p in inspect.signature(fn).parameters})
+
+
+# -- inputs and the reference ---------------------------------------------------------------------------------------
+def draw(mechanism, batch, n, d_k, d_v, masked, seed, dtype=torch.float64, device="cpu"):
+    """q, k, v, u, the mechanism's own leaves (standard normal, x0.5), a 0/1 causal mask (None unmasked), the
+    scale 1/sqrt(d_k) and beta = -log n (arXiv 2409.04431's bias): drawn in float64 on a CPU generator, then
+    rounded to `dtype` and moved, so every dtype and device sees the same numbers."""
+    g = torch.Generator().manual_seed(seed)
+    sizes = {"n": n, "dk": d_k, "dv": d_v}
+    env = {name: torch.randn(batch + (n, d), generator=g, dtype=torch.float64)
+           for name, d in (("q", d_k), ("k", d_k), ("v", d_v), ("u", d_v))}
+    for leaf, dims in getattr(mechanism, "leaves", {}).items():
+        if any(d not in sizes for d in dims):
+            raise ValueError(f"mechanism {mechanism.name}: leaf {leaf} ranges over {dims}; only n, dk, dv are drawn")
+        env[leaf_arg(leaf)] = 0.5 * torch.randn(batch + tuple(sizes[d] for d in dims), generator=g, dtype=torch.float64)
+    env = {k: t.to(dtype=dtype, device=device) for k, t in env.items()}
+    env["mask"] = causal_mask(n, device).to(dtype) if masked else None
+    env["scale"], env["beta"] = d_k ** -0.5, -math.log(n)
+    return env
+
+
+def leaf_arg(leaf):
+    from derive.codegen import ARG_NAMES
+
+    return ARG_NAMES.get(leaf, leaf)
+
+
+def as_float64(env):
+    return {k: (t.double() if isinstance(t, torch.Tensor) else t) for k, t in env.items()}
+
+
+def reference_weights(mechanism, env):
+    """The mechanism's plain-torch weights at the inputs in `env` (reference(t) with the model's leaf names, or the
+    older reference(q, k, mask, c, beta))."""
+    own = {leaf: env[leaf_arg(leaf)] for leaf in getattr(mechanism, "leaves", {})}
+    params = inspect.signature(mechanism.reference).parameters
+    if len(params) == 1:
+        return mechanism.reference({"q": env["q"], "k": env["k"], "mask": env["mask"], "c": env["scale"],
+                                    "beta": env["beta"], **own})
+    return mechanism.reference(env["q"], env["k"], env["mask"], env["scale"], env["beta"],
+                               **{k: v for k, v in own.items() if k in params})
+
+
+def autograd(mechanism, env):
+    """w, o and dL/dq, dL/dk, dL/dv by torch.autograd through the reference, o = w v, L = <u, o>."""
+    leaves = {k: env[k].detach().clone().requires_grad_(True) for k in ("q", "k", "v")}
+    w = reference_weights(mechanism, {**env, **leaves})
+    o = w @ leaves["v"]
+    (o * env["u"]).sum().backward()
+    return {"alpha": w.detach(), "o": o.detach(), "dQ": leaves["q"].grad, "dK": leaves["k"].grad,
+            "dV": leaves["v"].grad}
+
+
+def _bilinear(env, s):
+    return {**env, "q": s, "k": torch.eye(s.shape[-1], dtype=s.dtype, device=s.device), "scale": 1.0}
+
+
+def _log_kernel(env, s):
+    return {**env, "q": s, "k": torch.eye(s.shape[-1], dtype=s.dtype, device=s.device).log(), "scale": 1.0}
+
+
+# Inputs at which a score equals given logits s: c q.k with q = s, k = I, c = 1; log(e^q . e^k) with k = log I.
+INVERSIONS = {"bilinear": _bilinear, "log-kernel": _log_kernel}
+
+
+def logit_gradient(mechanism, env, s, weights):
+    """(dL/ds by autograd through the reference, the inversion used) at logits s (float64), or (None, why): an
+    inversion is used only where the reference there reproduces `weights`, its value at the real q and k."""
+    for name, invert in INVERSIONS.items():
+        with torch.no_grad():
+            w = reference_weights(mechanism, invert(env, s))
+        if w.shape != weights.shape or not bool(torch.isfinite(w).all()) or rel_error(w, weights) > TOLERANCE[torch.float64]:
+            continue
+        leaf = s.detach().clone().requires_grad_(True)
+        o = reference_weights(mechanism, invert(env, leaf)) @ env["v"]
+        (o * env["u"]).sum().backward()
+        return leaf.grad, name
+    return None, f"no inversion of the score ({', '.join(INVERSIONS)}) reproduces the reference's weights"
+
+
+# -- agreement ------------------------------------------------------------------------------------------------------
+def ours(module, name, variant, env):
+    """Every generated output: the forward, the backward from q, k, v, u and the backward from the forward's w, o."""
+    s = call(kernel(module, name, "scores", variant), env)
+    alpha, o = call(kernel(module, name, "forward", variant), env)
+    back = dict(zip(("alpha", "dS", "dQ", "dK", "dV"), call(kernel(module, name, "backward", variant), env)))
+    reuse = dict(zip(("dS", "dQ", "dK", "dV"), call(kernel(module, name, "backward_from_forward", variant),
+                                                    {**env, "alpha": alpha, "o": o})))
+    out = {"s": s, "alpha": alpha, "o": o}
+    out.update({f"backward/{k}": t for k, t in back.items()})
+    out.update({f"from_forward/{k}": t for k, t in reuse.items()})
+    return out
+
+
+def compare(module, mechanism, variant, dtype, shape, seed, device="cpu", magnitude=1.0):
+    """{field: relative error} of every generated output against autograd through the reference (float64, from the
+    same rounded inputs), whether all outputs are finite, and the inversion that gave dL/ds (or why none)."""
+    batch, n, d_k, d_v = shape
+    env = draw(mechanism, batch, n, d_k, d_v, variant == "masked", seed, dtype, device)
+    for key in ("q", "k"):
+        env[key] = env[key] * magnitude
+    got = ours(module, mechanism.name, variant, env)
+    ref64 = as_float64(env)
+    ref = autograd(mechanism, ref64)
+    s64 = call(kernel(module, mechanism.name, "scores", variant), ref64)
+    ref["dS"], inversion = logit_gradient(mechanism, ref64, s64, ref["alpha"])
+    errors = {}
+    for field, t in got.items():
+        base = field.split("/")[-1]
+        if base in ref and ref[base] is not None:
+            errors[field] = rel_error(t, ref[base])
+    finite = all(bool(torch.isfinite(t).all()) for t in got.values())
+    return errors, finite, inversion, float(s64.abs().max())
+
+
+def agreement(module, mechanism, variant, dtype, seed, device="cpu"):
+    """The worst error over SHAPES, per field; (worst, errors, finite, inversion)."""
+    errors, finite, inversion = {}, True, ""
+    for k, shape in enumerate(SHAPES):
+        errs, fin, inversion, _ = compare(module, mechanism, variant, dtype, shape, seed + k, device)
+        finite = finite and fin
+        for f, e in errs.items():
+            errors[f] = max(errors.get(f, 0.0), e)
+    return max(errors.values()), errors, finite, inversion
+
+
+def large_scores(module, mechanism, dtype, seed, device="cpu"):
+    """Logits in the hundreds (q, k x LARGE_MAGNITUDE), causal mask: (every output finite, worst error, max |s|)."""
+    errors, finite, _, top = compare(module, mechanism, "masked", dtype, SHAPES[0], seed, device, LARGE_MAGNITUDE)
+    return finite, max(errors.values()), top
+
+
+def mutant_errors(module, mutant_id, seed, device="cpu"):
+    """{variant: relative error of the mutant's dS against autograd's} (float64), or {variant: None} without an
+    autograd dS."""
+    from derive import mechanisms as registry
+
+    entry = module.MUTANTS[mutant_id]
+    mechanism = registry.get(entry["mechanism"])
+    out = {}
+    for variant in VARIANTS:
+        batch, n, d_k, d_v = SHAPES[0]
+        env = draw(mechanism, batch, n, d_k, d_v, variant == "masked", seed, torch.float64, device)
+        weights = autograd(mechanism, env)["alpha"]
+        dS, _ = logit_gradient(mechanism, env, call(kernel(module, mechanism.name, "scores", variant), env), weights)
+        wrong = call(getattr(module, entry[variant]), env)
+        out[variant] = None if dS is None else rel_error(wrong, dS)
+    return out
+
+
+def forms_proved(name, seed=0):
+    """{quantity: {variant: outcome}} of the general path on each closed form the kernels compute by
+    (derive.kernels.mechanism_identities: the routing form, content, the fused baseline, the chain rule through
+    the score for dQ and dK), and whether every one is proved, masked and unmasked."""
+    from derive.kernels import mechanism_identities
+    from derive.prove import run_path
+
+    out = {}
+    for quantity, identity in mechanism_identities(name).items():
+        out[quantity] = {variant: run_path("general", identity, variant == "masked",
+                                           f"mechanism {name} kernel form {quantity}", {"seed": seed}).status
+                         for variant in VARIANTS}
+    return out, all(s == "proved" for row in out.values() for s in row.values())
+
+
+# -- speed ----------------------------------------------------------------------------------------------------------
+def _runners(module, mechanism):
+    forward = kernel(module, mechanism.name, "forward", "unmasked")
+    backward = kernel(module, mechanism.name, "backward_from_forward", "unmasked")
+
+    def run_ours(env):
+        alpha, o = call(forward, env)
+        _, dQ, dK, dV = call(backward, {**env, "alpha": alpha, "o": o})
+        return dQ, dK, dV
+
+    def run_autograd(env):
+        leaves = {k: env[k].detach().requires_grad_(True) for k in ("q", "k", "v")}
+        (reference_weights(mechanism, {**env, **leaves}) @ leaves["v"]).backward(env["u"])
+        return leaves["q"].grad, leaves["k"].grad, leaves["v"].grad
+
+    return {"ours": run_ours, "autograd": run_autograd}
+
+
+def benchmark(module, profile="default", device="cpu", threads=1, log=print, names=None):
+    """results.json `benchmarks` rows: each mechanism's generated forward + backward (the forward kernel, then the
+    backward reusing its w and o) against autograd through its reference, float32, unmasked, threads pinned,
+    timed by numeric.bench's interleaved medians."""
+    if profile not in BENCH_SIZES:
+        raise ValueError(f"unknown benchmark profile {profile!r}; choose from {', '.join(BENCH_SIZES)}")
+    from derive import mechanisms as registry
+
+    torch.set_num_threads(threads)
+    rows = []
+    for name in names or module.MECHANISMS:
+        mechanism = registry.get(name)
+        runners = _runners(module, mechanism)
+        for n in BENCH_SIZES[profile]:
+            batch, d = bench.BATCH[profile], 64
+            env = draw(mechanism, (batch,), n, d, d, False, 0, torch.float32, device)
+            ref = runners["autograd"](env)
+            diff = max(rel_error(a, b) for a, b in zip(runners["ours"](env), ref))
+            seconds = bench.time_runs((env,), device, BENCH_REPEATS[profile][n], bench.WARMUPS[profile], runners)
+            row = {"name": f"numeric/mechanisms/{name}/n={n}", "device": str(device), "dtype": "float32",
+                   "shape": {"batch": batch, "n": n, "d": d, "causal": False}, "ours_s": seconds["ours"],
+                   "reference": f"autograd through derive.mechanisms.{name}.reference", "reference_s": seconds["autograd"],
+                   "ratio": seconds["ours"] / seconds["autograd"], "max_rel_diff": diff,
+                   "repeats": BENCH_REPEATS[profile][n], "ours_what": "generated forward + backward_from_forward"}
+            rows.append(row)
+            log(f"  bench mechanism {name:8} n={n:5}: generated {seconds['ours'] * 1e3:8.2f} ms  autograd "
+                f"{seconds['autograd'] * 1e3:8.2f} ms  ratio {row['ratio']:.2f}  max rel diff {diff:.1e}")
+    return rows
+
+
+# -- the command line -----------------------------------------------------------------------------------------------
+def run_checks(module, seed=0, device="cpu"):
+    """Every check of the numeric stage's `mechanisms` step, in order, as dicts: id, ok, measured, expected, kind
+    (numeric, proof or negative-control), detail, note (a short summary for the log) and seconds."""
+    from derive import mechanisms as registry
+
+    out = []
+
+    def timed(cid, fn, *args):
+        t0 = time.perf_counter()
+        try:
+            check = fn(*args)
+        except Exception as exc:  # a kernel or reference that cannot run on the drawn inputs: a failure, with why
+            why = f"{type(exc).__name__}: {exc}"[:300]
+            check = {"ok": False, "measured": why, "expected": "runs", "kind": "numeric", "note": why, "detail": cid}
+        out.append({"id": cid, "seconds": time.perf_counter() - t0, **check})
+
+    def forms(name, mechanism):
+        outcomes, proved = forms_proved(name, seed)
+        return {"ok": proved, "measured": outcomes, "expected": "proved (general path, masked and unmasked)",
+                "kind": "proof", "note": "proved" if proved else "not proved",
+                "detail": f"{mechanism.title}: dS, dV, the fused baseline, dQ and dK as the kernels compute them"}
+
+    def agree(mechanism, variant, dtype):
+        worst, errors, finite, inversion = agreement(module, mechanism, variant, dtype, seed, device)
+        has_ds = "dS" in {f.split("/")[-1] for f in errors}
+        return {"ok": worst <= TOLERANCE[dtype] and finite and has_ds,
+                "measured": {"max_rel_error": worst, "errors": errors, "finite": finite, "dS_reference": inversion},
+                "expected": {"tolerance": TOLERANCE[dtype]}, "kind": "numeric",
+                "note": f"max rel error {worst:.2e} (tolerance {TOLERANCE[dtype]:g})" + ("" if has_ds else f"; {inversion}"),
+                "detail": f"{mechanism.title}: generated w, o, dS, dQ, dK, dV vs autograd through the reference"}
+
+    def large(mechanism, dtype):
+        finite, err, top = large_scores(module, mechanism, dtype, seed + 7, device)
+        return {"ok": finite, "measured": {"finite": finite, "max_rel_error": err, "max_abs_score": top},
+                "expected": {"finite": True}, "kind": "numeric", "note": f"finite {finite}, |s| up to {top:.0f}",
+                "detail": f"{mechanism.title}: every output finite at logits in the hundreds (agreement not asserted)"}
+
+    def mutant(mutant_id, entry):
+        errors = mutant_errors(module, mutant_id, seed, device)
+        tol = TOLERANCE[torch.float64]
+        return {"ok": any(e is not None and e > tol for e in errors.values()), "measured": {"max_rel_error": errors},
+                "expected": {"rejected_if_above": tol, "in": "the masked or the unmasked variant"},
+                "kind": "negative-control", "note": ", ".join(
+                    f"{v} {'n/a' if e is None else f'{e:.1e}'}" for v, e in errors.items()),
+                "detail": f"{entry['mechanism']}: a wrong routing form's dS against autograd's"}
+
+    for name in module.MECHANISMS:
+        mechanism = registry.get(name)
+        timed(f"numeric/mechanisms/{name}/forms-proved", forms, name, mechanism)
+        for dtype in DTYPES:
+            label = str(dtype).removeprefix("torch.")
+            for variant in VARIANTS:
+                timed(f"numeric/mechanisms/{name}/{label}/{variant}", agree, mechanism, variant, dtype)
+            timed(f"numeric/mechanisms/{name}/{label}/large-scores", large, mechanism, dtype)
+    for mutant_id, entry in module.MUTANTS.items():
+        timed(f"numeric/mechanisms/{mutant_id}", mutant, mutant_id, entry)
+    return out
+
+
+def main(argv=None):
+    p = argparse.ArgumentParser(prog="python -m numeric.mechanisms", description=__doc__.split("\n")[0])
+    p.add_argument("--quick", action="store_true")
+    p.add_argument("--profile", choices=tuple(BENCH_SIZES))
+    p.add_argument("--device", default="cpu")
+    p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--no-bench", action="store_true", help="the checks only")
+    p.add_argument("--json", help="write the checks and benchmark rows to this file")
+    args = p.parse_args(argv)
+    torch.set_num_threads(1)
+    module = generated_module()
+    checks = []
+    for c in run_checks(module, args.seed, args.device):
+        checks.append({"id": c["id"], "status": "pass" if c["ok"] else "fail", "measured": c["measured"],
+                       "expected": c["expected"]})
+        print(f"  {'PASS' if c['ok'] else 'FAIL'} {c['id']:56} {c['seconds']:7.3f}s  {c['note']}")
+    rows = [] if args.no_bench else benchmark(module, args.profile or ("quick" if args.quick else "default"), args.device)
+    if args.json:
+        with open(args.json, "w") as fh:
+            json.dump({"checks": checks, "benchmarks": rows}, fh, indent=1)
+    return 0 if all(c["status"] == "pass" for c in checks) else 1
+
+
+if __name__ == "__main__":
+    t0 = time.perf_counter()
+    code = main()
+    print(f"  {time.perf_counter() - t0:.1f} s")
+    sys.exit(code)
