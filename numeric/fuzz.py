@@ -15,19 +15,47 @@ from derive.fuzz.generate import generate_one
 # -- running the paths against the oracle --------------------------------------------------------
 
 PATHS = ("general", "fixed", "rational")
-# Small to large, dimensions pairwise distinct in each: most false claims fail fast at n = 2; what survives
-# it meets n = 3 (the quick profile's distinct size), where the exact zero test of a false claim can be slow.
-FIXED_GRID = ({"n": 2, "dk": 3, "dv": 4, "m": 5, "dx": 6}, {"n": 3, "dk": 4, "dv": 5, "m": 7, "dx": 6})
+# Small to large in n, dimensions pairwise distinct in each and every one different between the two: most false
+# claims fail fast at n = 2; what survives meets n = 3. The input width d_x is the costly one (second derivatives at
+# the params level grow with d_x (d_k + d_v)): it is 3, then 2 (with d_x = 6 the second size took 3-16 s per
+# params-level claim and most of the fixed path's time went to its budget).
+FIXED_GRID = ({"n": 2, "dk": 4, "dv": 5, "m": 6, "dx": 3}, {"n": 3, "dk": 5, "dv": 6, "m": 4, "dx": 2})
 BUDGET_S = 8.0  # seconds per path per claim: over it the path is undecided (the fixed path's exact zero test is the slow one)
 PROGRESS_EVERY = 50
+
+
+POSITIVE = ("proved", "holds")  # proved: at every size (general path); holds: at the sizes the path tried
 
 
 def _status(out):
     return getattr(out, "status", None) or ("proved" if out.equal else "undecided")
 
 
-def _verdict(status, true):
-    return (status == "proved" and not true) or (status == "disproved" and true)
+def _verdict(status, true, false_where_held=False):
+    """A false verdict: a false claim proved, a true one disproved, or a false one said to hold at sizes where the
+    oracle finds it false (`holds` is about the path's own sizes: a claim false only elsewhere is no false verdict).
+    A claim the oracle found undefined at both draws (true None: a side divides by 0 there) has no verdict to be
+    false about."""
+    if true is None:
+        return False
+    return (status == "proved" and not true) or (status == "disproved" and true) or (status == "holds" and false_where_held)
+
+
+def _false_where_held(claim, masked, scope, seed):
+    """Whether the oracle finds `claim` false at one of the sizes a `holds` covered (one-hot targets, as it labels);
+    a `holds` that names no sizes is taken to claim every size."""
+    import torch
+
+    from derive import mechanisms
+    from derive.model import MECHANISM_DIM_SIZE
+    from numeric import oracle
+
+    if not scope:
+        return True
+    own = {d: MECHANISM_DIM_SIZE for d in mechanisms.get(claim.mechanism).dims}  # as the paths complete sizes
+    with torch.enable_grad():
+        gaps = [oracle.gap(claim, masked, {**own, **sizes}, True, 3 * seed + k)[0] for k, sizes in enumerate(scope)]
+    return any(g is not None and g > oracle.MARGIN for g in gaps)
 
 
 def run_one(claim, paths, seed, budget_s=BUDGET_S):
@@ -38,18 +66,26 @@ def run_one(claim, paths, seed, budget_s=BUDGET_S):
 
     identity = claim.identity()
     options = {"grid": list(FIXED_GRID), "points": 2, "seed": seed * 100_003 + claim.index, "budget_s": budget_s}
-    row = {"index": claim.index, "name": claim.name, "family": claim.family, "level": claim.level, "description": claim.description,
-           "claim": claim.text(), "intended": claim.intended, "cases": []}
+    row = {"index": claim.index, "name": claim.name, "mechanism": claim.mechanism, "family": claim.family,
+           "level": claim.level, "description": claim.description, "claim": claim.text(), "intended": claim.intended,
+           "cases": []}
     for masked in (False, True):
-        lab = oracle.label(claim, masked, seed * 100_003 + claim.index)
-        case = {"masked": masked, "true": lab["true"], "gap": lab["gap"], "one_hot_only": lab["one_hot_only"], "paths": {}}
+        label_seed = seed * 100_003 + claim.index
+        cpu = time.process_time()
+        lab = oracle.label(claim, masked, label_seed)
+        case = {"masked": masked, "true": lab["true"], "gap": lab["gap"], "one_hot_only": lab["one_hot_only"],
+                "oracle_cpu_seconds": round(time.process_time() - cpu, 4), "paths": {}}
         for path in paths:
+            cpu = time.process_time()
             try:
                 out = run_path(path, identity, masked, claim.name, options)
                 res = {"status": _status(out), "seconds": out.seconds, "measured": out.measured[:400]}
             except ShapeError as exc:  # the generator's bug, not the path's
-                res = {"status": "ill-formed", "seconds": 0.0, "measured": str(exc)[:400]}
-            res["false_verdict"] = _verdict(res["status"], lab["true"])
+                out, res = None, {"status": "ill-formed", "seconds": 0.0, "measured": str(exc)[:400]}
+            res["cpu_seconds"] = round(time.process_time() - cpu, 4)  # this process's CPU: what the load on the machine leaves out
+            held_false = (res["status"] == "holds" and lab["true"] is False
+                          and _false_where_held(claim, masked, getattr(out, "scope", None), label_seed))
+            res["false_verdict"] = _verdict(res["status"], lab["true"], held_false)
             case["paths"][path] = res
         row["cases"].append(case)
     return row
@@ -79,14 +115,16 @@ def _quiet_worker():
 
 def summarise(rows, paths, seconds):
     """The run's figures. A case is one claim in one setting (unmasked, masked): the unit a path decides
-    and the oracle labels; `true` / `false` count claims (true: true in both settings)."""
+    and the oracle labels; `true` / `false` count claims (true: true in both settings, undefined settings aside).
+    A case the oracle found undefined (`numeric.oracle.label`) is counted apart and judges no path."""
     cases = [(r, c) for r in rows for c in r["cases"]]
-    true_cases = [c for _, c in cases if c["true"]]
-    closest = min(((c["gap"], r) for r, c in cases if not c["true"]), key=lambda x: x[0], default=(None, {}))
-    n_true = sum(all(c["true"] for c in r["cases"]) for r in rows)
+    true_cases = [c for _, c in cases if c["true"] is True]
+    closest = min(((c["gap"], r) for r, c in cases if c["true"] is False), key=lambda x: x[0], default=(None, {}))
+    n_true = sum(_claim_true(r) for r in rows)
     return {
         "claims": len(rows), "true": n_true, "false": len(rows) - n_true, "cases": len(cases),
-        "cases_true": len(true_cases), "cases_false": len(cases) - len(true_cases),
+        "cases_true": len(true_cases), "cases_false": sum(c["true"] is False for _, c in cases),
+        "cases_undefined": sum(c["true"] is None for _, c in cases),
         "claims_intended_false": sum(not r["intended"] for r in rows),
         "one_hot_only": sum(c["one_hot_only"] for _, c in cases),
         "margin": _margin(), "closest_false_gap": closest[0],
@@ -94,9 +132,12 @@ def summarise(rows, paths, seconds):
         "largest_true_gap": max((c["gap"] for c in true_cases), default=None),
         "paths": {p: _path_summary(p, cases, len(rows)) for p in paths},
         "families": _families(rows, paths),
+        "mechanisms": _mechanisms(rows, paths),
         "false_verdicts": [_false_verdict(r, c, p) for r, c in cases for p in paths if c["paths"][p]["false_verdict"]],
         "ill_formed": sum(c["paths"][p]["status"] == "ill-formed" for _, c in cases for p in paths),
-        "seconds": round(seconds, 2), "claims_per_second": round(len(rows) / seconds, 3) if seconds else None}
+        "seconds": round(seconds, 2), "claims_per_second": round(len(rows) / seconds, 3) if seconds else None,
+        "cpu_seconds": round(sum(c.get("oracle_cpu_seconds", 0.0) + sum(r.get("cpu_seconds", 0.0) for r in c["paths"].values())
+                                 for _, c in cases), 2)}
 
 
 def _margin():
@@ -109,17 +150,26 @@ def _rate(hits, total):
     return round(hits / total, 4) if total else None
 
 
+def _claim_true(row):
+    """True in every setting where the oracle found it defined (and defined in one at least)."""
+    defined = [c["true"] for c in row["cases"] if c["true"] is not None]
+    return bool(defined) and all(defined)
+
+
 def _path_summary(path, cases, n_claims):
     res = [(c["true"], c["paths"][path]) for _, c in cases]
-    count = lambda status, truth=None: sum(r["status"] == status and (truth is None or t == truth) for t, r in res)  # noqa: E731
+    count = lambda status, truth=None: sum(r["status"] == status and (truth is None or t is truth) for t, r in res)  # noqa: E731
     seconds = sum(r["seconds"] for _, r in res)
-    n_true = sum(t for t, _ in res)
-    return {"proved": count("proved"), "disproved": count("disproved"), "undecided": count("undecided"),
-            "ill_formed": count("ill-formed"), "timeouts": sum("budget" in r["measured"] for _, r in res),
-            "true_decided_rate": _rate(count("proved", True), n_true),
-            "false_decided_rate": _rate(count("disproved", False), len(res) - n_true),
+    cpu_seconds = sum(r.get("cpu_seconds", 0.0) for _, r in res)
+    n_true, n_false = sum(t is True for t, _ in res), sum(t is False for t, _ in res)
+    return {"proved": count("proved"), "holds": count("holds"), "disproved": count("disproved"),
+            "undecided": count("undecided"), "ill_formed": count("ill-formed"),
+            "timeouts": sum("budget" in r["measured"] for _, r in res),
+            "true_decided_rate": _rate(count("proved", True) + count("holds", True), n_true),
+            "false_decided_rate": _rate(count("disproved", False), n_false),
             "false_verdicts": sum(r["false_verdict"] for _, r in res),
-            "seconds": round(seconds, 2), "claims_per_second": round(n_claims / seconds, 3) if seconds else None}
+            "seconds": round(seconds, 2), "cpu_seconds": round(cpu_seconds, 2),
+            "claims_per_second": round(n_claims / seconds, 3) if seconds else None}
 
 
 def _families(rows, paths):
@@ -127,18 +177,55 @@ def _families(rows, paths):
     out = {}
     for family in dict.fromkeys(r["family"] for r in rows):
         mine = [r for r in rows if r["family"] == family]
-        cases = [c for r in mine for c in r["cases"]]
-        d = {"claims": len(mine), "true": sum(all(c["true"] for c in r["cases"]) for r in mine)}
+        cases = [c for r in mine for c in r["cases"] if c["true"] is not None]
+        d = {"claims": len(mine), "true": sum(_claim_true(r) for r in mine)}
         for p in paths:
-            right = sum(c["paths"][p]["status"] == ("proved" if c["true"] else "disproved") for c in cases)
-            d[f"{p}_decided_rate"] = _rate(right, len(cases))
+            d[f"{p}_decided_rate"] = _rate(sum(_right(c, p) for c in cases), len(cases))
         out[family] = d
     return out
 
 
+def _right(case, path):
+    """The path decided the case as the oracle labels it (proved or holds a true one, disproved a false one)."""
+    return case["paths"][path]["status"] in (POSITIVE if case["true"] else ("disproved",))
+
+
+def _mechanisms(rows, paths):
+    """Per mechanism: claims, true claims, cases by label, and per path the share of true cases proved (or held),
+    of false cases disproved, of all defined cases decided as labelled, and its false verdicts."""
+    out = {}
+    for name in sorted(dict.fromkeys(r.get("mechanism", "softmax") for r in rows), key=_mechanism_order):
+        mine = [r for r in rows if r.get("mechanism", "softmax") == name]
+        cases = [c for r in mine for c in r["cases"]]
+        true = [c for c in cases if c["true"] is True]
+        false = [c for c in cases if c["true"] is False]
+        d = {"claims": len(mine), "true": sum(_claim_true(r) for r in mine), "cases": len(cases),
+             "cases_true": len(true), "cases_false": len(false), "cases_undefined": len(cases) - len(true) - len(false),
+             "families": {f: sum(r["family"] == f for r in mine) for f in dict.fromkeys(r["family"] for r in mine)},
+             "paths": {}}
+        for p in paths:
+            d["paths"][p] = {
+                "true_decided_rate": _rate(sum(c["paths"][p]["status"] in POSITIVE for c in true), len(true)),
+                "false_decided_rate": _rate(sum(c["paths"][p]["status"] == "disproved" for c in false), len(false)),
+                "decided_rate": _rate(sum(_right(c, p) for c in true + false), len(true) + len(false)),
+                "undecided": sum(c["paths"][p]["status"] == "undecided" for c in cases),
+                "false_verdicts": sum(c["paths"][p]["false_verdict"] for c in cases),
+                "cpu_seconds": round(sum(c["paths"][p].get("cpu_seconds", 0.0) for c in cases), 2)}
+        out[name] = d
+    return out
+
+
+def _mechanism_order(name):
+    from derive import mechanisms
+
+    order = list(mechanisms.BUILTIN)
+    return (order.index(name) if name in order else len(order), name)
+
+
 def _false_verdict(row, case, path):
     res = case["paths"][path]
-    return {"claim": row["name"], "path": path, "masked": case["masked"], "verdict": res["status"],
+    return {"claim": row["name"], "mechanism": row.get("mechanism", "softmax"), "path": path, "masked": case["masked"],
+            "verdict": res["status"],
             "truth": "true" if case["true"] else "false", "gap": case["gap"], "level": row["level"], "family": row["family"],
             "description": f"{row['description']}: {row['claim']}", "measured": res["measured"]}
 
@@ -163,8 +250,8 @@ def run(n=2000, seed=0, paths=PATHS, jobs=1, log=print, budget_s=BUDGET_S):
 def _progress(rows, n, paths, seconds, log):
     cases = [c for r in rows for c in r["cases"]]
     bad = sum(c["paths"][p]["false_verdict"] for c in cases for p in paths)
-    true = sum(c["true"] for c in cases)
-    log(f"fuzz: {len(rows)}/{n} claims  {len(rows) / seconds:.2f} claims/s  cases true {true} false {len(cases) - true}  "
+    true, false = sum(c["true"] is True for c in cases), sum(c["true"] is False for c in cases)
+    log(f"fuzz: {len(rows)}/{n} claims  {len(rows) / seconds:.2f} claims/s  cases true {true} false {false}  "
         f"false verdicts {bad}")
 
 
@@ -172,14 +259,26 @@ def report(summary, log=print):
     """The final summary, as text."""
     o = summary
     log(f"fuzz: {o['claims']} claims ({o['true']} true in both settings, {o['false']} false in one or both), "
-        f"{o['cases']} unmasked/masked cases ({o['cases_true']} true, {o['cases_false']} false; {o['one_hot_only']} true "
-        f"only for one-hot targets) in {o['seconds']} s, {o['claims_per_second']} claims/s")
+        f"{o['cases']} unmasked/masked cases ({o['cases_true']} true, {o['cases_false']} false, "
+        f"{o.get('cases_undefined', 0)} undefined; {o['one_hot_only']} true "
+        f"only for one-hot targets) in {o['seconds']} s, {o['claims_per_second']} claims/s "
+        f"({o.get('cpu_seconds', 0)} CPU s in labelling and the paths, all workers)")
     log(f"oracle: margin {o['margin']:g} relative; largest error on a true case {_g(o['largest_true_gap'])}; "
         f"closest false case {_g(o['closest_false_gap'])} ({o['closest_false_claim']})")
     for path, s in summary["paths"].items():
-        log(f"  {path:8s} proved {s['proved']:5d}  disproved {s['disproved']:5d}  undecided {s['undecided']:5d} "
+        log(f"  {path:8s} proved {s['proved']:5d}  holds {s.get('holds', 0):5d}  disproved {s['disproved']:5d}  "
+            f"undecided {s['undecided']:5d} "
             f"(timeouts {s['timeouts']})  decided: true {_pct(s['true_decided_rate'])} false {_pct(s['false_decided_rate'])}  "
             f"false verdicts {s['false_verdicts']}  {s['claims_per_second']} claims/s")
+    if summary.get("mechanisms"):
+        paths = list(summary["paths"])
+        log("  per mechanism: claims (true), then per path the share of cases decided as the oracle labels them "
+            "[true proved/held, false disproved], false verdicts")
+        for name, m in summary["mechanisms"].items():
+            cells = "  ".join(f"{p} {_pct(s['decided_rate'])} [{_pct(s['true_decided_rate'])}, "
+                              f"{_pct(s['false_decided_rate'])}] {s['false_verdicts']}"
+                              for p, s in m["paths"].items() if p in paths)
+            log(f"  {name:8s} {m['claims']:5d} ({m['true']:4d})  {cells}")
     for v in summary["false_verdicts"]:
         log(f"FALSE VERDICT {v['path']} {v['verdict']} a {v['truth']} identity ({'masked' if v['masked'] else 'unmasked'}, "
             f"gap {v['gap']:.2g}): {v['claim']} {v['description'][:400]}")

@@ -1,19 +1,25 @@
 """An independent float64 oracle for fuzzed identities (`derive.fuzz`).
 
-A fuzzed claim is two terms of `derive.fuzz`'s grammar. Here each term is evaluated with torch on a
-plain vectorised forward of the model (the paper's setting; the conventions of `numeric.reference`):
+A fuzzed claim is two terms of `derive.fuzz`'s grammar about one routing mechanism (`claim.mechanism`). Here
+each term is evaluated with torch on a plain vectorised forward of the model (the conventions of
+`numeric.reference`):
 
-    q, k, v = X W_Q, X W_K, X W_V (params level)     s = c q k^T
-    alpha = softmax_j(s) over allowed j (causal: j <= i, diagonal included)
-    o = alpha v     z = o W_O     p = softmax(z)     L = (1/n) sum_i CE(z_i, y_i), targets Y one-hot
+    q, k, v = X W_Q, X W_K, X W_V (params level)
+    w = the mechanism's plain-torch weights (`Mechanism.reference`; from its free logits at the scores level,
+        `Mechanism.reference_logits` or the reference reading its logit leaf), over its options j: the keys,
+        a gate's two inputs, the experts; masked: the causal pattern j <= i over (query, option)
+    content_ij = what option j offers query i: v_j (attention), the per-position leaf H_ij (gate, LSTM),
+                 x_i W_j (a linear expert, W of dims (options, dx, dv)) -- read from the content leaf's dims
+    o_i = sum_j w_ij content_ij     z = o W_O     p = softmax(z)     L = (1/n) sum_i CE(z_i, y_i), Y one-hot
 
 and every derivative by torch.autograd (create_graph, so second derivatives are autograd's too).
 The paper's named quantities (b, dS, dV, ...) are their definitions in tensors, u = dL/do by autograd.
-Nothing here touches `derive.model` or a proof path: nodes are dispatched by class name, as a printer.
+Nothing here touches `derive.model` or a proof path: nodes are dispatched by class name, as a printer, and
+of a mechanism only its reference weights and declared leaves, dims and axis are read.
 
 A claim is labelled true iff max |lhs - rhs| <= MARGIN * scale at two draws (random sizes with the five
-dimensions pairwise distinct, every size different between the draws; see `label`), where scale is the
-largest magnitude of any subterm evaluated on either side.
+dimensions, and a mechanism's free ones such as the number of experts, pairwise distinct, every size different
+between the draws; see `label`), where scale is the largest magnitude of any subterm evaluated on either side.
 """
 from __future__ import annotations
 
@@ -22,7 +28,8 @@ from typing import NamedTuple
 
 import torch
 
-from numeric.reference import causal_mask, softmax
+from derive import mechanisms
+from numeric.reference import causal_mask
 
 MARGIN = 1e-9  # relative; float64 autograd noise is ~1e-15 of the scale, false claims differ by far more
 DIMS = ("n", "dk", "dv", "m", "dx")
@@ -65,26 +72,43 @@ def _binary(op, x, y):
 # -- the forward -----------------------------------------------------------------------------------
 
 
-class World:
-    """One random draw: leaves, scalars, mask and every forward quantity, at one level."""
+def mechanism_sizes(mech, sizes):
+    """Sizes completed with the mechanism's fixed dims (a gate's 2 options); its free dims must be given."""
+    out = {**sizes, **{d: v for d, v in mech.dims.items() if v}}
+    missing = [d for d in mech.dims if d not in out]
+    if missing:
+        raise ValueError(f"mechanism {mech.name}: no size for its dim(s) {missing}")
+    return out
 
-    def __init__(self, level, sizes, masked, one_hot, seed):
+
+class World:
+    """One random draw: leaves, scalars, mask and every forward quantity, at one level, for one mechanism."""
+
+    def __init__(self, level, sizes, masked, one_hot, seed, mechanism="softmax"):
         g = torch.Generator().manual_seed(seed)
-        self.sizes, self.level = sizes, level
-        self.leaves = {name: self._draw(name, one_hot, g).requires_grad_() for name in LEAF_DIMS}
+        self.mech = mechanisms.get(mechanism)
+        self.sizes, self.level = mechanism_sizes(self.mech, sizes), level
+        self.dims = {**LEAF_DIMS, **self.mech.leaves}
+        self.leaves = {name: self._draw(name, one_hot, g).requires_grad_() for name in self.dims}
         self.scalars = {name: torch.tensor(self._away_from_one(g), dtype=torch.float64, requires_grad=True)
                         for name in ("c", "eta")}
-        n = sizes["n"]
+        self.scalars["beta"] = torch.randn((), generator=g, dtype=torch.float64).requires_grad_()  # any real
+        n, options = self.sizes["n"], self.sizes[self.mech.axis]
         self.mask = causal_mask(n) if masked else None
+        # the same pattern over (query, option): keys j <= i, experts e <= i (what the fixed sizes' mask is)
+        self.option_mask = torch.ones(n, options, dtype=torch.float64).tril() if masked else None
         self.q = self._forward()
 
     def _draw(self, name, one_hot, g):
-        shape = tuple(self.sizes[d] for d in LEAF_DIMS[name])  # e.g. (n, dk)
+        shape = tuple(self.sizes[d] for d in self.dims[name])  # e.g. (n, dk)
         if name == "Y" and one_hot:
             return torch.nn.functional.one_hot(torch.randint(0, shape[1], (shape[0],), generator=g), shape[1]).double()
         if name == "alpha":  # free attention weights (C7): positive, not normalised
             return 0.1 + torch.rand(shape, generator=g, dtype=torch.float64)
-        std = 1 / self.sizes["dx"] ** 0.5 if name in ("WQ", "WK", "WV") else 1.0  # keeps scores O(1): no saturation
+        if name == "ell":  # log-decays, <= 0 (any reals would do: the identities are algebraic)
+            return -torch.rand(shape, generator=g, dtype=torch.float64)
+        # the projections and the router, expert weights (through x) scaled: scores O(1), no saturation
+        std = 1 / self.sizes["dx"] ** 0.5 if name in ("WQ", "WK", "WV", "WR", "WE") else 1.0
         return std * torch.randn(shape, generator=g, dtype=torch.float64)
 
     @staticmethod
@@ -94,16 +118,20 @@ class World:
         return 0.35 + 0.8 * r if r < 0.5 else 1.3 + (r - 0.5)
 
     def _forward(self):
-        t, c, level = dict(self.leaves), self.scalars["c"], self.level
+        t, c, level, mech = dict(self.leaves), self.scalars["c"], self.level, self.mech
         if level == "params":
             t["q"], t["k"], t["v"] = t["X"] @ t["WQ"], t["X"] @ t["WK"], t["X"] @ t["WV"]  # (n, dk), (n, dk), (n, dv)
-        if level in ("qk", "params"):
-            t["s"] = c * t["q"] @ t["k"].T  # (n, n)
+        if level in ("qk", "params") and mech.name == "softmax":
+            t["s"] = c * t["q"] @ t["k"].T  # (n, n): the paper's logits, named at these levels for softmax only
         if level in ("scores", "qk", "params"):
-            t["e"] = torch.exp(t["s"])
-            t["alpha"] = softmax(t["s"], self.mask)  # (n, n)
+            if level == "scores":
+                t["s"] = t[mech.logit_leaf]  # the free logits (n, options)
+            t["alpha"] = self._weights(t, level)  # (n, options)
+            if "s" in t:
+                t["e"] = torch.exp(t["s"])
         if level != "readout":
-            t["o"] = t["alpha"] @ t["v"]  # (n, dv)
+            t["content"] = self._content(t)  # (n, options, dv)
+            t["o"] = torch.einsum("ij,ija->ia", t["alpha"], t["content"])  # (n, dv)
         t["z"] = t["o"] @ t["WO"]  # (n, m)
         t["p"] = torch.softmax(t["z"], -1)
         self.loss = (torch.logsumexp(t["z"], -1) - (t["Y"] * t["z"]).sum(-1)).mean()
@@ -112,17 +140,39 @@ class World:
             self._named_quantities(t, c)
         return t
 
-    @staticmethod
-    def _named_quantities(t, c):
-        """The paper's quantities, by their definitions (the paper's definitions)."""
+    def _weights(self, t, level):
+        """The mechanism's reference weights from the level's leaves (its logit leaf only at the scores level)."""
+        mech = self.mech
+        given = {name: x for name, x in t.items() if name != mech.logit_leaf or level == "scores"}
+        given.update(mask=self.option_mask, c=self.scalars["c"], beta=self.scalars["beta"])
+        if level == "scores" and mech.reference_logits is not None:
+            return mech.reference_logits(given)
+        return mech.reference(given)
+
+    def _content(self, t):
+        """content[i, j, a]: what option j offers query i, read from the content leaf's dims: the values v_j
+        (attention), a leaf per (position, option) (a cell's inputs), or a linear map of x_i per option (experts)."""
+        mech, n = self.mech, self.sizes["n"]
+        if mech.content is None:
+            return t["v"].unsqueeze(0).expand(n, -1, -1)
+        name = mech.content_spec.leaf
+        dims = self.dims[name]
+        if dims == ("n", mech.axis, "dv"):
+            return t[name]
+        if dims == (mech.axis, "dx", "dv"):
+            return torch.einsum("ix,jxa->ija", t["X"], t[name])
+        raise NotImplementedError(f"mechanism {mech.name}: no oracle for a content leaf {name} of dims {dims}")
+
+    def _named_quantities(self, t, c):
+        """The paper's quantities, by their definitions (over the mechanism's options j)."""
         alpha, u = t["alpha"], t["u"]
-        t["b"] = u @ t["v"].T  # (n, n) compatibility
+        t["b"] = torch.einsum("ia,ija->ij", u, t["content"])  # (n, options) compatibility
         t["baseline"] = (alpha * t["b"]).sum(-1)  # (n,)
-        t["dS"] = alpha * (t["b"] - t["baseline"][:, None])  # (n, n) advantage
-        t["dV"] = alpha.T @ u  # (n, dv)
+        t["dS"] = alpha * (t["b"] - t["baseline"][:, None])  # (n, options) advantage
+        t["dV"] = alpha.T @ u  # (options, dv)
         t["baseline_fused"] = (u * t["o"]).sum(-1)  # (n,)
-        t["responsibility"] = alpha.sum(0)  # (n,)
-        if "s" in t:
+        t["responsibility"] = alpha.sum(0)  # (options,)
+        if self.mech.axis == "n":  # options are the keys: the paper's C3, C4 (as defined, whatever the mechanism)
             t["dQ"] = c * t["dS"] @ t["k"]  # (n, dk)
             t["dK"] = c * t["dS"].T @ t["q"]  # (n, dk)
 
@@ -139,8 +189,10 @@ class Evaluator:
 
     def __call__(self, node, env):
         out = getattr(self, "_" + type(node).__name__)(node, env)
-        if out.t.numel():
-            self.peak = max(self.peak, float(out.t.detach().abs().max()))
+        magnitudes = out.t.detach().abs()
+        magnitudes = magnitudes[torch.isfinite(magnitudes)]
+        if magnitudes.numel():
+            self.peak = max(self.peak, float(magnitudes.max()))
         return out
 
     def _variable(self, name):
@@ -184,6 +236,14 @@ class Evaluator:
         x = self(node.a, env)
         return NT(x.t ** node.k, x.vars)
 
+    def _Exp(self, node, env):
+        x = self(node.a, env)
+        return NT(torch.exp(x.t), x.vars)
+
+    def _Log(self, node, env):
+        x = self(node.a, env)
+        return NT(torch.log(x.t), x.vars)
+
     def _Sum(self, node, env):
         body = self(node.body, {**env, node.var: node.dim})
         if node.var not in body.vars:  # a body free of the index: n copies
@@ -216,25 +276,35 @@ class Evaluator:
 # -- labelling -------------------------------------------------------------------------------------
 
 
-def distinct_sizes(rng, avoid=None):
-    """Sizes 2..7 with the five dimensions pairwise distinct (and each unlike `avoid`'s)."""
+def distinct_sizes(rng, avoid=None, dims=DIMS):
+    """Sizes 2..7 with the dimensions pairwise distinct (and each unlike `avoid`'s); at most six dims."""
     while True:
-        sizes = dict(zip(DIMS, rng.sample(range(2, 8), len(DIMS))))
-        if avoid is None or all(sizes[d] != avoid[d] for d in DIMS):
+        sizes = dict(zip(dims, rng.sample(range(2, 8), len(dims))))
+        if avoid is None or all(sizes[d] != avoid[d] for d in dims):
             return sizes
 
 
+def drawn_dims(mechanism="softmax"):
+    """The dims the oracle draws for a claim: the model's and the mechanism's free ones (experts)."""
+    return DIMS + tuple(d for d, v in mechanisms.get(mechanism).dims.items() if not v)
+
+
 def gap(claim, masked, sizes, one_hot, seed):
-    """(max |lhs - rhs| / scale, scale) at one draw; scale = largest magnitude of any subterm."""
-    world = World(claim.level, sizes, masked, one_hot, seed)
+    """(max |lhs - rhs| / scale, scale) at one draw over the entries where both sides are defined (finite);
+    scale = largest finite magnitude of any subterm. The gap is None where no entry is defined: a side divides
+    by 0 there (a mixture of experts' EM step for an expert no token selected), and an identity says nothing
+    where it is undefined, as no proof path claims it there."""
+    world = World(claim.level, sizes, masked, one_hot, seed, getattr(claim, "mechanism", "softmax"))
     ev = Evaluator(world)
     env = dict(claim.free)
     names = tuple(v for v, _ in claim.free)
-    shape = tuple(sizes[d] for _, d in claim.free)
+    shape = tuple(world.sizes[d] for _, d in claim.free)
     lhs, rhs = (_aligned(ev(t, env), names).expand(shape) for t in (claim.lhs, claim.rhs))
-    diff = float((lhs - rhs).detach().abs().max()) if lhs.numel() else 0.0
-    if diff != diff:  # NaN: never "equal"
-        return float("inf"), ev.peak
+    lhs, rhs = lhs.detach(), rhs.detach()
+    defined = torch.isfinite(lhs) & torch.isfinite(rhs)
+    if lhs.numel() and not defined.any():
+        return None, ev.peak
+    diff = float((lhs - rhs)[defined].abs().max()) if lhs.numel() else 0.0
     return (diff / ev.peak if ev.peak else diff), ev.peak
 
 
@@ -244,12 +314,16 @@ def label(claim, masked, seed):
     the first sizes only flags claims true for one-hot targets alone (`one_hot_only`: no path that
     treats Y as a free variable can prove them, and none may disprove them).
 
-    Returns {true, gap, gaps, sizes, one_hot_only}; `gap` is the larger relative gap of the two labelling draws."""
+    Returns {true, gap, gaps, sizes, one_hot_only}; `gap` is the larger relative gap of the two labelling draws.
+    `true` is None (undefined) when neither draw has an entry where both sides are defined (see `gap`)."""
     rng = random.Random(f"numeric.oracle:{seed}")
-    first = distinct_sizes(rng)
-    second = distinct_sizes(rng, avoid=first)
+    dims = drawn_dims(getattr(claim, "mechanism", "softmax"))
+    first = distinct_sizes(rng, dims=dims)
+    second = distinct_sizes(rng, avoid=first, dims=dims)
     with torch.enable_grad():
         rel = [gap(claim, masked, first, True, 3 * seed)[0], gap(claim, masked, second, True, 3 * seed + 1)[0]]
         free_y = gap(claim, masked, first, False, 3 * seed + 2)[0]
-    true = all(g <= MARGIN for g in rel)
-    return {"true": true, "gap": max(rel), "gaps": rel, "sizes": [first, second], "one_hot_only": true and free_y > MARGIN}
+    defined = [g for g in rel if g is not None]
+    true = all(g <= MARGIN for g in defined) if defined else None
+    return {"true": true, "gap": max(defined) if defined else None, "gaps": rel, "sizes": [first, second],
+            "one_hot_only": bool(true) and free_y is not None and free_y > MARGIN}

@@ -32,6 +32,7 @@ class NumericStage:
         gen = generated_module()
         self.identities(gen)
         self.mutants(gen)
+        self.mechanisms()
         self.api_agreement()
         self.special_cases()
         self.sdpa_dropin()
@@ -72,6 +73,27 @@ class NumericStage:
         for mutant in registry.mutants():  # a bound constant has no closed form to emit: recorded as such
             if mutant.constant is not None:
                 self._unemitted(gen, f"numeric/{mutant.id}", mutant.claim, mutant.id, "negative-control", mutant.description)
+
+    def mechanisms(self):
+        """Each routing mechanism's generated kernels (numeric/generated/mechanisms.py) against autograd through its
+        plain-torch reference, float64 and float32, causal-masked and unmasked; every routing mutant rejected; a
+        mechanism or mutant with no kernels recorded as skipped with the reason; forward + backward timed against
+        autograd (results.json `benchmarks`, numeric/mechanisms/<name>/n=N)."""
+        from derive import mechanisms as known
+        from numeric import mechanisms
+
+        module = mechanisms.generated_module()
+        for c in mechanisms.run_checks(module, self.seed, self.device):
+            self.results.record(Check(c["id"], "numeric", c["kind"], "", "pass" if c["ok"] else "fail", round(c["seconds"], 4),
+                                      c["measured"], c["expected"], c["detail"]), self.log, note=c["note"])
+        for key, reason in module.UNEMITTED.items():
+            is_mechanism = key in known.REGISTRY
+            self.results.record(Check(f"numeric/mechanisms/{key}", "numeric", "numeric" if is_mechanism else "negative-control",
+                                      "", "skipped", 0.0, f"not emitted: {reason}", "generated kernels",
+                                      "a mechanism without attention's kernel shape" if is_mechanism else "a mutant without a kernel"),
+                                self.log)
+        rows = mechanisms.benchmark(module, self.profile.bench, self.device, threads=1, log=self.log)
+        self.results.benchmarks.extend(rows)
 
     def _unemitted(self, gen, cid, claim, key, kind="numeric", detail=""):
         reason = identities.unemitted(gen, key)
@@ -165,7 +187,8 @@ class NumericStage:
 
     # -- the proof paths against an independent oracle ------------------------------------------------
     def fuzz(self):
-        """Random true and false identities through every proof path; any false verdict fails the run."""
+        """Random true and false identities about every routing mechanism through every proof path; any false verdict
+        fails the run. The summary (per path, per family, per mechanism) is results.json `derive.fuzz`."""
         from numeric import fuzz
 
         t0 = time.perf_counter()
@@ -176,7 +199,10 @@ class NumericStage:
         wrong = summary["false_verdicts"]
         self._check("numeric/claim-fuzzer", "", not wrong, time.perf_counter() - t0,
                     {"claims": summary["claims"], "false_verdicts": len(wrong),
-                     "general_decided_on_true": summary["paths"]["general"]["true_decided_rate"]},
+                     "general_decided_on_true": summary["paths"]["general"]["true_decided_rate"],
+                     # per mechanism: its claims and each path's share of its cases decided as the oracle labels them
+                     "mechanisms": {name: {"claims": m["claims"], **{p: r["decided_rate"] for p, r in m["paths"].items()}}
+                                    for name, m in summary.get("mechanisms", {}).items()}},
                     {"false_verdicts": 0}, kind="negative-control",
                     detail="proved false / disproved true identities against the float64 autograd oracle")
 

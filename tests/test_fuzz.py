@@ -73,3 +73,147 @@ def test_fuzzer_command_line_runs_as_a_module(tmp_path):
                        timeout=300)
     assert p.returncode == 0, p.stderr[-2000:]
     assert json.loads(out.read_text())["claims"] == 2 and "general" in p.stdout
+
+
+# -- mechanisms ----------------------------------------------------------------------------------------------------
+MECHANISMS = [m.name for m in __import__("derive.mechanisms", fromlist=["builtin"]).builtin()]
+
+
+def _mechanism_claim(name, question, closed=None):
+    """A question identity of the mechanism (traced into the grammar) at its own level, or it with a wrong
+    closed side."""
+    from derive.fuzz import routing
+    from derive.fuzz.grammar import Claim
+    from derive.mechanisms import questions
+
+    t = next(t for t in routing.question_templates(name) if t.name == f"{name} {question}")
+    level = questions.identities(name)[question].level
+    return Claim(-1, level, t.free, t.lhs, t.rhs if closed is None else closed, t.name, t.loss, t.mask_algebra,
+                 mechanism=name), t
+
+
+@pytest.mark.parametrize("name", MECHANISMS)
+def test_the_oracle_forward_is_the_proof_paths_model(name):
+    """The oracle's plain-torch forward (the mechanism's reference weights, its content, the loss) and autograd's
+    gradient by the logit leaf agree with the model every proof path interprets, evaluated exactly (rational
+    backend) at the oracle's own float64 point, at every level the fuzzer draws this mechanism at, masked or not."""
+    from fractions import Fraction
+
+    import torch
+
+    from derive import mechanisms
+    from derive.fixed import Ix
+    from derive.fuzz.grammar import mechanism_levels
+    from derive.graph import float_value, lift
+    from derive.model import Setting
+    from derive.rational import RationalBackend, label
+
+    mech = mechanisms.get(name)
+    sizes = {"n": 4, "dk": 3, "dv": 2, "m": 5, "dx": 6, "e": 3}
+    for level in [lv for lv in mechanism_levels(name) if lv in ("scores", "qk", "params")]:
+        for masked in (False, True):
+            world = oracle.World(level, sizes, masked, True, 11, name)
+            values = {label(k): Fraction(float(x.detach())) for k, x in world.scalars.items()}
+            for leaf, t in world.leaves.items():
+                for ix in torch.cartesian_prod(*[torch.arange(s) for s in t.shape]).reshape(-1, t.dim()).tolist():
+                    values[f"{leaf}[{','.join(map(str, ix))}]"] = Fraction(float(t.detach()[tuple(ix)]))
+            m = RationalBackend(Setting(level, "ce", masked, mechanism=name), sizes, values=values)
+            rng = {d: [Ix(d, r) for r in range(size)] for d, size in m.sizes.items()}
+            value = lambda e: float_value(lift(e))  # noqa: E731
+            alpha = torch.tensor([[value(m.alpha(i, j)) for j in rng[mech.axis]] for i in rng["n"]], dtype=torch.float64)
+            assert torch.allclose(alpha, world.q["alpha"].detach(), rtol=1e-11, atol=1e-13), (name, level, masked)
+            assert abs(value(m.loss()) - float(world.loss.detach())) < 1e-11, (name, level, masked)
+            o = torch.tensor([[value(m.o(i, a)) for a in rng["dv"]] for i in rng["n"]], dtype=torch.float64)
+            assert torch.allclose(o, world.q["o"].detach(), rtol=1e-11, atol=1e-13), (name, level, masked)
+            if level == "scores":
+                grad = torch.autograd.grad(world.loss, world.leaves[mech.logit_leaf], retain_graph=True)[0]
+                ours = torch.tensor([[value(m.derived_grad(mech.logit_leaf, i, j)) for j in rng[mech.axis]]
+                                     for i in rng["n"]], dtype=torch.float64)
+                assert torch.allclose(ours, grad, rtol=1e-10, atol=1e-13), (name, masked)
+
+
+@pytest.mark.parametrize("name", MECHANISMS)
+def test_the_oracle_labels_each_mechanisms_questions_as_the_paths_decide_them(name):
+    """Each mechanism's own routing form and content gradient (proved on every path) are true for the oracle,
+    masked and unmasked; each of its routing mutants (disproved on every path, masked) is false masked."""
+    for question in ("routing", "content"):
+        claim, _ = _mechanism_claim(name, question)
+        for masked in (False, True):
+            lab = oracle.label(claim, masked, 5)
+            assert lab["true"] and lab["gap"] < 1e-12, (name, question, masked, lab)
+    claim, template = _mechanism_claim(name, "routing")
+    assert template.mutants, name
+    for description, wrong in template.mutants:
+        lab = oracle.label(_mechanism_claim(name, "routing", wrong)[0], True, 5)
+        assert lab["true"] is False and lab["gap"] > 1e3 * oracle.MARGIN, (name, description, lab)
+
+
+def test_the_oracle_judges_only_where_an_identity_is_defined():
+    """The mixture of experts' EM step divides by the mass of each expert: under the mask an expert no token
+    selects has none, and the identity is undefined for it (the general path proves it where it is defined).
+    The oracle judges the entries where both sides are defined; a claim defined nowhere is labelled None."""
+    from derive.fuzz.grammar import Claim, Const, Div
+
+    claim, _ = _mechanism_claim("moe", "em_step")
+    lab = oracle.label(claim, True, 2)
+    assert lab["true"] is True, lab
+    nowhere = Claim(-1, "scores", (("E", "e"),), Div(q("responsibility", "E"), Const(0)), Const(1), "N_e / 0 = 1",
+                    mechanism="moe")
+    assert oracle.label(nowhere, True, 2)["true"] is None
+    assert not runner._verdict("proved", None) and not runner._verdict("disproved", None)
+
+
+def test_generated_claims_cover_every_mechanism():
+    """Claims are drawn for every built-in mechanism (softmax 4 slots in 10), each with its mechanism in the
+    identity the proof paths see; 6 consecutive claims cover five mechanisms."""
+    from derive.fuzz.generate import mechanism_of
+
+    claims = fuzz.generate(70, 3)
+    assert {c.mechanism for c in claims} == set(MECHANISMS)
+    assert sum(c.mechanism == "softmax" for c in claims) == 28
+    assert len({c.mechanism for c in claims[:6]}) == 5 and len({mechanism_of(i) for i in range(10)}) == 7
+    assert all(c.identity().mechanism == c.mechanism for c in claims)
+    families = {c.family for c in claims if c.mechanism != "softmax"}
+    assert {"mechanism questions", "routing forms"} <= families, families
+    assert all(not fuzz.problems(c) for c in claims)
+
+
+def test_a_false_verdict_on_a_mechanism_is_caught(monkeypatch):
+    """Negative control, per mechanism: a path that proves a false moe claim, one that disproves a true one, and
+    one that says a false claim holds at sizes where the oracle finds it false are each a false verdict, counted
+    against that mechanism."""
+    from derive.prove import Outcome
+
+    (true_claim, template) = _mechanism_claim("moe", "routing")
+    false_claim = _mechanism_claim("moe", "routing", template.mutants[0][1])[0]
+    scope = [{"n": 3, "dk": 4, "dv": 5, "m": 7, "dx": 6, "e": 2}]
+    planted = {
+        "proved": (false_claim, Outcome("proved", 0.0, "planted")),
+        "holds": (false_claim, Outcome("holds", 0.0, "planted", scope=scope)),
+        "disproved": (true_claim, Outcome("disproved", 0.0, "planted", witness=object())),
+    }
+    for status, (claim, outcome) in planted.items():
+        monkeypatch.setattr("derive.prove.run_path", lambda *args, _o=outcome, **kwargs: _o)
+        row = runner.run_one(claim, ("general",), 0)
+        assert all(c["paths"]["general"]["false_verdict"] for c in row["cases"]), (status, row)
+        summary = runner.summarise([row], ("general",), 1.0)
+        assert summary["mechanisms"]["moe"]["paths"]["general"]["false_verdicts"] == 2, status
+        assert len(summary["false_verdicts"]) == 2 and summary["false_verdicts"][0]["mechanism"] == "moe"
+    # and a holds at sizes where the claim is true (false only elsewhere) is no false verdict
+    monkeypatch.setattr("derive.prove.run_path", lambda *a, **k: Outcome("holds", 0.0, "planted", scope=scope))
+    assert not any(c["paths"]["general"]["false_verdict"] for c in runner.run_one(true_claim, ("general",), 0)["cases"])
+
+
+def test_the_summary_has_decision_rates_per_mechanism(monkeypatch):
+    """`mechanisms` in the summary: per mechanism, claims, cases by label, and per path the decided rates."""
+
+    class Undecided:
+        status, seconds, measured = "undecided", 0.0, "fake path"
+
+    monkeypatch.setattr("derive.prove.run_path", lambda *args, **kwargs: Undecided())
+    summary = runner.run(n=10, seed=0, paths=("general",), jobs=1, log=lambda line: None)
+    assert list(summary["mechanisms"]) == MECHANISMS
+    for m in summary["mechanisms"].values():
+        assert m["claims"] >= 1 and m["cases"] == 2 * m["claims"]
+        assert m["paths"]["general"]["undecided"] == m["cases"] and m["paths"]["general"]["false_verdicts"] == 0
+        assert m["paths"]["general"]["decided_rate"] in (0.0, None)

@@ -3,11 +3,10 @@ from __future__ import annotations
 
 from dataclasses import fields, replace
 
+from derive import mechanisms
 from derive.fuzz.grammar import (
     NODES,
     ONE,
-    QDIMS,
-    QLEVELS,
     SOFT,
     Add,
     C,
@@ -26,15 +25,20 @@ from derive.fuzz.grammar import (
     Size,
     Sum,
     children,
+    is_attention,
     leaf,
+    leaf_dims,
     mul,
     neg,
     q,
+    qdims,
+    qlevels,
     show,
     sub,
 )
 from derive.fuzz.templates import _ce_dz
-from derive.model import DIMS, LEAVES, LEVELS
+from derive.fuzz.trace import Untraceable, trace
+from derive.model import DIMS, LEVELS
 
 # -- walking and editing terms -------------------------------------------------------------------
 
@@ -75,12 +79,18 @@ def names(t):
     return out
 
 
-def ix_dims(t):
+def ix_dims(t, mechanism="softmax"):
+    """Index ranges of a quantity, leaf or derivative under the claim's mechanism (its options' axis)."""
     if isinstance(t, Q):
-        return QDIMS[t.name]
+        return qdims(t.name, mechanism) or ()
     if isinstance(t, (Kron, Mask)):
         return None
-    return LEAVES.get(t.name, ())
+    return leaf_dims(t.name, mechanism) or ()
+
+
+def claim_dims(mechanism="softmax"):
+    """The ranges a claim about this mechanism may name: the model's and the mechanism's own."""
+    return DIMS + tuple(mechanisms.get(mechanism).dims)
 
 
 def uses(t, var):
@@ -94,7 +104,7 @@ def involves_model(t):
 class Fresh:
     """New index variable names, never clashing with the claim's."""
 
-    POOL = {"n": "ijprk", "dk": "abh", "dv": "fge", "m": "ywv", "dx": "xtu"}
+    POOL = {"n": "ijprk", "dk": "abh", "dv": "fge", "m": "ywv", "dx": "xtu", "g": "o", "e": "E"}
 
     def __init__(self, *terms, free=()):
         self.used = set().union(*(names(t) for t in terms)) | {v for v, _ in free}
@@ -116,9 +126,10 @@ def _pick(rng, items):
     return rng.choice(items) if items else None
 
 
-def c_transpose(rng, t, scope, level):
+def c_transpose(rng, t, scope, claim):
+    mech = claim.mechanism
     spots = [(p, s) for p, s, _ in walk(t, scope) if isinstance(s, (Q, Leaf, DGrad, Grad)) and len(s.ix) == 2
-             and ix_dims(s)[0] == ix_dims(s)[1] and s.ix[0] != s.ix[1]]
+             and len(ix_dims(s, mech)) == 2 and ix_dims(s, mech)[0] == ix_dims(s, mech)[1] and s.ix[0] != s.ix[1]]
     spot = _pick(rng, spots)
     if spot:
         p, s = spot
@@ -126,11 +137,11 @@ def c_transpose(rng, t, scope, level):
         return put(t, p, new), f"transpose {show(s)} -> {show(new)}"
 
 
-def c_reindex(rng, t, scope, level):
+def c_reindex(rng, t, scope, claim):
     spots = []
     for p, s, sc in walk(t, scope):
         if isinstance(s, (Q, Leaf, DGrad, Grad)):
-            for pos, (v, d) in enumerate(zip(s.ix, ix_dims(s))):
+            for pos, (v, d) in enumerate(zip(s.ix, ix_dims(s, claim.mechanism))):
                 spots += [(p, s, pos, w) for w, dw in sc.items() if dw == d and w != v]
     spot = _pick(rng, spots)
     if spot:
@@ -139,7 +150,7 @@ def c_reindex(rng, t, scope, level):
         return put(t, p, new), f"index swap {show(s)} -> {show(new)}"
 
 
-def c_wrong_sum(rng, t, scope, level):
+def c_wrong_sum(rng, t, scope, claim):
     spots = [(p, s, v) for p, s, sc in walk(t, scope) if isinstance(s, Sum) and uses(s.body, s.var)
              for v, d in sc.items() if d == s.dim and v != s.var and uses(s.body, v)]
     spot = _pick(rng, spots)
@@ -149,7 +160,7 @@ def c_wrong_sum(rng, t, scope, level):
         return put(t, p, moved), f"sum moved across indices: {v} <-> {s.var} under Σ_{s.var}"
 
 
-def c_drop_factor(rng, t, scope, level):
+def c_drop_factor(rng, t, scope, claim):
     spot = _pick(rng, [(p, s) for p, s, _ in walk(t, scope) if isinstance(s, (Mul, Div))])
     if spot:
         p, s = spot
@@ -157,7 +168,7 @@ def c_drop_factor(rng, t, scope, level):
         return put(t, p, keep), f"dropped factor {show(gone)}"
 
 
-def c_drop_term(rng, t, scope, level):
+def c_drop_term(rng, t, scope, claim):
     spot = _pick(rng, [(p, s) for p, s, _ in walk(t, scope) if isinstance(s, Add)])
     if spot:
         p, s = spot
@@ -165,7 +176,7 @@ def c_drop_term(rng, t, scope, level):
         return put(t, p, keep), f"dropped term {show(gone)}"
 
 
-def c_double(rng, t, scope, level):
+def c_double(rng, t, scope, claim):
     spot = _pick(rng, [(p, s) for p, s, _ in walk(t, scope) if isinstance(s, (Q, Leaf, DGrad, Scalar))])
     if spot and rng.random() < 0.6:
         p, s = spot
@@ -173,7 +184,7 @@ def c_double(rng, t, scope, level):
     return Mul(Const(2), t), "factor 2"
 
 
-def c_scale(rng, t, scope, level):
+def c_scale(rng, t, scope, claim):
     spots = [p for p, s, _ in walk(t, scope) if s == C]
     if spots and rng.random() < 0.5:
         p = rng.choice(spots)
@@ -183,21 +194,23 @@ def c_scale(rng, t, scope, level):
     return (Mul(C, t), "times c") if rng.random() < 0.5 else (Div(t, C), "divided by c")
 
 
-def c_size(rng, t, scope, level):
+def c_size(rng, t, scope, claim):
+    dims = claim_dims(claim.mechanism)
     spots = [(p, s) for p, s, _ in walk(t, scope) if isinstance(s, Size)]
-    d1, d2 = rng.sample(DIMS, 2)
+    d1, d2 = rng.sample(dims, 2)
     if spots and rng.random() < 0.7:
         p, s = rng.choice(spots)
-        other = rng.choice([d for d in DIMS if d != s.dim])
+        other = rng.choice([d for d in dims if d != s.dim])
         return put(t, p, Size(other)), f"size |{s.dim}| -> |{other}|"
     if rng.random() < 0.5:
         return Div(Mul(t, Size(d1)), Size(d2)), f"times |{d1}|/|{d2}|"
     return Mul(t, Size(d1)), f"times |{d1}|"
 
 
-def c_mask(rng, t, scope, level):
+def c_mask(rng, t, scope, claim):
     masks = [(p, s) for p, s, _ in walk(t, scope) if isinstance(s, Mask) and s.i != s.j]
-    pairs = [(p, s) for p, s, _ in walk(t, scope) if isinstance(s, Q) and ix_dims(s) == ("n", "n") and s.ix[0] != s.ix[1]]
+    pairs = [(p, s) for p, s, _ in walk(t, scope)
+             if isinstance(s, Q) and ix_dims(s, claim.mechanism) == ("n", "n") and s.ix[0] != s.ix[1]]
     if masks and rng.random() < 0.6:
         p, s = rng.choice(masks)
         if rng.random() < 0.6:
@@ -208,7 +221,7 @@ def c_mask(rng, t, scope, level):
         return put(t, p, Mul(Mask(s.ix[1], s.ix[0]), s)), f"mask on the wrong side: M[{s.ix[1]},{s.ix[0]}]·{show(s)}"
 
 
-def c_sign(rng, t, scope, level):
+def c_sign(rng, t, scope, claim):
     return neg(t), "sign flipped"
 
 
@@ -216,11 +229,11 @@ SIBLINGS = [("alpha", "dS", "b", "s", "e"), ("q", "k", "dQ", "dK"), ("u", "o", "
             ("baseline", "baseline_fused", "responsibility"), ("z", "p")]
 
 
-def c_sibling(rng, t, scope, level):
-    spots = []
+def c_sibling(rng, t, scope, claim):
+    spots, level = [], claim.level
     for p, s, _ in walk(t, scope):
         group = next((g for g in SIBLINGS if isinstance(s, Q) and s.name in g), ())
-        spots += [(p, s, other) for other in group if other != s.name and level in QLEVELS[other]]
+        spots += [(p, s, other) for other in group if other != s.name and level in qlevels(other, claim.mechanism)]
         if isinstance(s, (Leaf, DGrad)) and s.name in ("WQ", "WK", "q", "k"):
             swap = {"WQ": "WK", "WK": "WQ", "q": "k", "k": "q"}[s.name]
             if isinstance(s, Leaf) or swap in LEVELS[level]:
@@ -231,7 +244,7 @@ def c_sibling(rng, t, scope, level):
         return put(t, p, replace(s, name=other)), f"{s.name} -> {other} in {show(s)}"
 
 
-def c_split_sum(rng, t, scope, level):
+def c_split_sum(rng, t, scope, claim):
     spots = [(p, s) for p, s, _ in walk(t, scope) if isinstance(s, Sum) and isinstance(s.body, Mul)
              and uses(s.body.a, s.var) and uses(s.body.b, s.var)]
     spot = _pick(rng, spots)
@@ -249,12 +262,14 @@ CORRUPTIONS = (c_transpose, c_reindex, c_wrong_sum, c_drop_factor, c_drop_term, 
 # -- truth-preserving rewrites -------------------------------------------------------------------
 
 
-def definition(s, level, fresh):
+def definition(s, level, fresh, mechanism="softmax"):
     """The model's own definition of a named quantity, one level down (None where it is a leaf)."""
     n, ix = s.name, s.ix
     if n in ("q", "k", "v") and level == "params":
         w, x = {"q": "WQ", "k": "WK", "v": "WV"}[n], fresh("dx")
         return Sum(x, "dx", mul(leaf("X", ix[0], x), leaf(w, x, ix[1])))
+    if mechanism != "softmax":
+        return _mechanism_definition(s, level, fresh, mechanisms.get(mechanism))
     if n == "s" and level in ("qk", "params"):
         h = fresh("dk")
         return mul(C, Sum(h, "dk", mul(q("q", ix[0], h), q("k", ix[1], h))))
@@ -280,14 +295,46 @@ def _closed_form(n, ix, fresh):
         "responsibility": lambda j: Sum(k, "n", q("alpha", k, j)),
         "z": lambda i, y: Sum(e, "dv", mul(leaf("WO", e, y), q("o", i, e))),
         "u": lambda i, a: Div(Sum(w, "m", mul(leaf("WO", a, w), _ce_dz(i, w))), Size("n")),
+        "content": lambda i, j, a: q("v", j, a),
     }
     return forms[n](*ix) if n in forms else None
+
+
+def _mechanism_definition(s, level, fresh, mech):
+    """Another mechanism's quantities: over its options (axis), of its content; the weight from its own function
+    of the logits where the logits are a leaf (traced; None where it reads what the grammar cannot say)."""
+    n, ix, axis = s.name, s.ix, mech.axis
+    if n == "alpha":
+        if level != "scores":
+            return None
+        try:
+            return trace(mech.weight, mech, ix, fresh)
+        except Untraceable:
+            return None
+    if n == "content":
+        if mech.content is None:
+            return q("v", ix[1], ix[2])
+        try:
+            return trace(mech.content, mech, ix, fresh)
+        except Untraceable:
+            return None
+    k, e = fresh(axis), fresh("dv")
+    forms = {
+        "o": lambda i, a: Sum(k, axis, mul(q("alpha", i, k), q("content", i, k, a))),
+        "b": lambda i, j: Sum(e, "dv", mul(q("u", i, e), q("content", i, j, e))),
+        "baseline": lambda i: Sum(k, axis, mul(q("alpha", i, k), q("b", i, k))),
+    }
+    if n in forms:
+        return forms[n](*ix)
+    if n in ("dQ", "dK") and not is_attention(mech):
+        return None
+    return _closed_form(n, ix, fresh)
 
 
 def r_unfold(rng, claim, side):
     t, fresh = getattr(claim, side), Fresh(claim.lhs, claim.rhs, free=claim.free)
     spots = [(p, s) for p, s, _ in walk(t, {}) if isinstance(s, Q)]
-    spots = [(p, s, d) for p, s in spots if (d := definition(s, claim.level, fresh)) is not None]
+    spots = [(p, s, d) for p, s in spots if (d := definition(s, claim.level, fresh, claim.mechanism)) is not None]
     spot = _pick(rng, spots)
     if spot:
         p, s, d = spot
@@ -305,7 +352,8 @@ def r_commute(rng, claim, side):
 def r_mask_in(rng, claim, side):
     t = getattr(claim, side)
     spots = [(p, s) for p, s, _ in walk(t, {}) if isinstance(s, Q) and s.name == "alpha"]
-    spot = _pick(rng, spots) if claim.level in SOFT else None
+    masks_weights = claim.mechanism == "softmax" or is_attention(mechanisms.get(claim.mechanism))  # w = M w
+    spot = _pick(rng, spots) if claim.level in SOFT and masks_weights else None
     if spot:
         p, s = spot
         return replace(claim, **{side: put(t, p, Mul(Mask(*s.ix), s))}), f"mask on the right side of {show(s)}"
@@ -327,7 +375,7 @@ def r_both(rng, claim, side):
     """Scale, shift or sum both sides alike."""
     choice = rng.randrange(3)
     if choice == 0:
-        f = rng.choice([C, Size(rng.choice(DIMS)), Const(3)])
+        f = rng.choice([C, Size(rng.choice(claim_dims(claim.mechanism))), Const(3)])
         return replace(claim, lhs=Mul(f, claim.lhs), rhs=Mul(f, claim.rhs)), f"both sides times {show(f)}"
     if choice == 1:
         f = mul(C, Size(rng.choice(DIMS)))

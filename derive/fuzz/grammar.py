@@ -4,7 +4,8 @@ from __future__ import annotations
 import functools
 from dataclasses import dataclass, fields
 
-from derive.model import LEVELS
+from derive import mechanisms
+from derive.model import LEAVES, LEVELS
 
 # -- the grammar ---------------------------------------------------------------------------------
 
@@ -79,6 +80,16 @@ class Pow:
 
 
 @dataclass(frozen=True)
+class Exp:
+    a: object
+
+
+@dataclass(frozen=True)
+class Log:
+    a: object
+
+
+@dataclass(frozen=True)
 class Sum:
     var: str
     dim: str
@@ -107,21 +118,75 @@ class Loss:
     pass
 
 
-NODES = (Q, Leaf, Scalar, Size, Const, Kron, Mask, Add, Mul, Div, Pow, Sum, DGrad, Grad, Loss)
+NODES = (Q, Leaf, Scalar, Size, Const, Kron, Mask, Add, Mul, Div, Pow, Exp, Log, Sum, DGrad, Grad, Loss)
 C, ETA, ZERO, ONE = Scalar("c"), Scalar("eta"), Const(0), Const(1)
 
 # Index ranges of the model's named quantities, and the levels where the model and the oracle mean
 # the same thing by them (e.g. at the readout level o is free and there is no alpha).
-QDIMS = {"s": ("n", "n"), "e": ("n", "n"), "alpha": ("n", "n"), "q": ("n", "dk"), "k": ("n", "dk"),
-         "v": ("n", "dv"), "o": ("n", "dv"), "z": ("n", "m"), "p": ("n", "m"), "u": ("n", "dv"),
-         "b": ("n", "n"), "baseline": ("n",), "dS": ("n", "n"), "dV": ("n", "dv"), "dQ": ("n", "dk"),
-         "dK": ("n", "dk"), "baseline_fused": ("n",), "responsibility": ("n",)}
+
+
+def quantity_dims(axis="n"):
+    """Index ranges of the model's named quantities when the weights range over `axis` (keys: n; a gate's
+    options: g; experts: e). content[i, j, a] is what option j offers query i (attention: v_j)."""
+    return {"s": ("n", axis), "e": ("n", axis), "alpha": ("n", axis), "q": ("n", "dk"), "k": ("n", "dk"),
+            "v": ("n", "dv"), "o": ("n", "dv"), "z": ("n", "m"), "p": ("n", "m"), "u": ("n", "dv"),
+            "b": ("n", axis), "baseline": ("n",), "dS": ("n", axis), "dV": (axis, "dv"), "dQ": ("n", "dk"),
+            "dK": ("n", "dk"), "baseline_fused": ("n",), "responsibility": (axis,), "content": ("n", axis, "dv")}
+
+
+QDIMS = quantity_dims()
 ATT = ("alpha", "scores", "qk", "params")  # levels with an attention forward
 SOFT = ("scores", "qk", "params")  # levels where alpha is the softmax of scores
 ALL = tuple(LEVELS)
 QLEVELS = {name: ATT for name in QDIMS}
 QLEVELS.update({"s": SOFT, "e": SOFT, "q": ("qk", "params"), "k": ("qk", "params"), "dQ": ("qk", "params"),
                 "dK": ("qk", "params"), "o": ALL, "z": ALL, "p": ALL, "u": ALL})
+
+# -- the same, for any routing mechanism (derive.mechanisms) ---------------------------------------
+# The paper's softmax keeps the tables above. Another mechanism's claims live at the levels where its routing
+# is computed or free (`mechanism_levels`); its logits s (and e = exp s) are named only where they are a leaf
+# (the scores level), since only there do the model and the oracle mean the same thing by them without the
+# mechanism's score; the attention quantities q, k, v, dQ, dK only for mechanisms whose options are keys.
+ATTENTION_ONLY = ("q", "k", "v", "dQ", "dK")
+
+
+def is_attention(mech):
+    """Options are the keys and the content is the values v (softmax, sigmoid, linear, SSD)."""
+    return mech.axis == "n" and mech.content is None and mech.logit_leaf == "s"
+
+
+def mechanism_levels(name):
+    """The levels at which a mechanism's claims are drawn: where its logits are free or computed."""
+    if name == "softmax":
+        return ALL
+    mech = mechanisms.get(name)
+    if is_attention(mech):
+        return SOFT
+    return tuple(level for level in SOFT if any(level in levels for levels in mech.free.values()))
+
+
+def qdims(name, mechanism="softmax"):
+    """Index ranges of a named quantity under a mechanism (None: not a quantity)."""
+    if mechanism == "softmax":
+        return QDIMS.get(name)
+    return quantity_dims(mechanisms.get(mechanism).axis).get(name)
+
+
+def qlevels(name, mechanism="softmax"):
+    """The levels at which the model and the oracle define the quantity `name` alike, under a mechanism."""
+    if mechanism == "softmax":
+        return QLEVELS.get(name, ())
+    mech, levels = mechanisms.get(mechanism), mechanism_levels(mechanism)
+    if name in ("s", "e"):
+        return tuple(level for level in levels if level == "scores")
+    if name in ATTENTION_ONLY:
+        return tuple(level for level in QLEVELS[name] if level in levels) if is_attention(mech) else ()
+    return levels if name in QDIMS else ()
+
+
+def leaf_dims(name, mechanism="softmax"):
+    """Index ranges of a leaf of the model or of the mechanism (None: no such leaf)."""
+    return {**LEAVES, **mechanisms.get(mechanism).leaves}.get(name)
 
 
 def q(name, *ix):
@@ -186,6 +251,8 @@ _MODEL = {
     Mul: lambda t, m, env: model_eval(t.a, m, env) * model_eval(t.b, m, env),
     Div: lambda t, m, env: model_eval(t.a, m, env) / model_eval(t.b, m, env),
     Pow: lambda t, m, env: _power(model_eval(t.a, m, env), t.k),
+    Exp: lambda t, m, env: m.exp(model_eval(t.a, m, env)),
+    Log: lambda t, m, env: m.log(model_eval(t.a, m, env)),
     Sum: lambda t, m, env: m.sum(t.dim, lambda k: model_eval(t.body, m, {**env, t.var: k})),
     DGrad: lambda t, m, env: m.derived_grad(t.name, *_ix(t, env)),
     Grad: lambda t, m, env: m.grad(model_eval(t.f, m, env), t.name, *_ix(t, env)),
@@ -218,6 +285,8 @@ def show(t):
         return f"({show(t.a)}{op}{show(t.b)})"
     if isinstance(t, Pow):
         return f"{show(t.a)}^{t.k}"
+    if isinstance(t, (Exp, Log)):
+        return f"{type(t).__name__.lower()}({show(t.a)})"
     if isinstance(t, Sum):
         return f"Σ_{t.var}{show(t.body)}" if isinstance(t.body, (Add, Mul, Div)) else f"Σ_{t.var}({show(t.body)})"
     if isinstance(t, DGrad):
@@ -244,6 +313,7 @@ class Claim:
     mask_algebra: str = "boolean"
     intended: bool = True  # what the generator meant; the oracle decides
     family: str = ""  # which generator made it (FAMILIES)
+    mechanism: str = "softmax"  # the routing mechanism of the model it is about (derive.mechanisms)
 
     @property
     def name(self):
@@ -259,7 +329,7 @@ class Claim:
         derived = lambda m, *ix: model_eval(self.lhs, m, dict(zip(names, ix)))  # noqa: E731
         closed = lambda m, *ix: model_eval(self.rhs, m, dict(zip(names, ix)))  # noqa: E731
         return Identity(self.name, tuple(d for _, d in self.free), self.level, derived, closed, self.text(),
-                        loss=self.loss, mask_algebra=self.mask_algebra)
+                        loss=self.loss, mask_algebra=self.mask_algebra, mechanism=self.mechanism)
 
 
 @dataclass(frozen=True)
@@ -274,5 +344,7 @@ class Template:
     loss: str = "any"
     mask_algebra: str = "boolean"
     mutants: tuple = ()  # (description, wrong closed side)
+    mechanism: str = "softmax"
+    intended: bool = True  # false for a comparison the generator does not expect to hold (another form)
 
 

@@ -75,6 +75,9 @@ class Mechanism:
     # Further identities of the mechanism's own, each proved on every path (SSD: the decay gradient):
     # (name, free dims, level, derived(m, *ix), closed(m, *ix), latex).
     extra: tuple = ()
+    # reference_logits(t): the weights from free routing logits t[logit_leaf] (the scores level, where the
+    # logits are a leaf), plain torch like `reference`; None: `reference` reads t[logit_leaf] itself when given.
+    reference_logits: Callable = None
 
     @property
     def ordered(self):

@@ -21,8 +21,15 @@ def reference(t):
     return kappa / total.masked_fill(total == 0, 1.0)
 
 
+def reference_logits(t):
+    """The weights from free logits t["s"] = log kappa (the scores level): `reference` with phi(q) = e^s, phi(k) = I."""
+    s = t["s"]
+    return reference({**t, "q": s, "k": s.new_ones(s.shape[-1]).diag().log()})
+
+
 MECHANISM = register(Mechanism(
     "linear", "normalised linear attention", score, weight, routing=advantage, reference=reference, normalised=True,
+    reference_logits=reference_logits,
     latex=r"w_{ij}=\frac{M_{ij}\kappa_{ij}}{\sum_l M_{il}\kappa_{il}},\ \kappa_{ij}=\phi(q_i)\cdot\phi(k_j),\ "
           r"\phi=\exp,\ s_{ij}=\log\kappa_{ij}",
     routing_latex=r"\frac{\partial L}{\partial \log\kappa_{ij}}=w_{ij}\big(b_{ij}-\textstyle\sum_k w_{ik}b_{ik}\big)",

@@ -23,8 +23,15 @@ def reference(t):
     return e / total.masked_fill(total == 0, 1.0)
 
 
+def reference_logits(t):
+    """The weights from free logits t["s"] (the scores level): `reference` with q = s, k = I and c = 1."""
+    s = t["s"]
+    return reference({**t, "q": s, "k": s.new_ones(s.shape[-1]).diag(), "c": 1.0})
+
+
 MECHANISM = register(Mechanism(
     "softmax", "softmax attention", score, weight, routing=advantage, reference=reference, normalised=True,
+    reference_logits=reference_logits,
     latex=r"w_{ij}=\frac{M_{ij}e^{s_{ij}}}{\sum_k M_{ik}e^{s_{ik}}},\ s_{ij}=c\,q_i\cdot k_j",
     routing_latex=r"\frac{\partial L}{\partial s_{ij}}=w_{ij}\big(b_{ij}-\textstyle\sum_k w_{ik}b_{ik}\big)",
     ref="the paper (scaled dot-product attention)",
