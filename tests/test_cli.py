@@ -94,7 +94,11 @@ def test_codegen_and_numeric_stages(tmp_path):
     assert p.returncode == 0, p.stdout[-3000:] + p.stderr
     data = json.loads((tmp_path / "results.json").read_text())
     numeric = [c for c in data["checks"] if c["stage"] == "numeric" and c["kind"] == "numeric"]
-    assert len(numeric) >= 20 and all(c["status"] == "pass" for c in numeric)
+    # the mechanisms whose weights range over their own options (a gate's inputs, experts) have no kernels yet:
+    # recorded as skipped with the reason, never as passed
+    skipped = {c["id"] for c in numeric if c["status"] == "skipped" and c["measured"].startswith("not emitted:")}
+    assert skipped == {f"numeric/mechanisms/{m}" for m in ("gate", "lstm", "moe")}
+    assert len(numeric) >= 20 and all(c["status"] == "pass" for c in numeric if c["id"] not in skipped)
     assert all(row["numeric"] in ("rejected", "n/a") for row in data["derive"]["kill_matrix"].values())
     assert any(b["reference"] == "autograd" for b in data["benchmarks"])
     assert not any(b["name"].startswith("numeric/watch-overhead/long/") for b in data["benchmarks"])  # default only
