@@ -53,7 +53,8 @@ def load(path) -> list:
 
 def _check_mechanism(mechanism, path):
     """A mechanism the file registered: every question builds and its weight reads only logits and mask."""
-    from derive.mechanisms.check import MechanismError, check as check_mechanism
+    from derive.mechanisms.check import MechanismError
+    from derive.mechanisms.check import check as check_mechanism
 
     try:
         check_mechanism(mechanism)

@@ -127,6 +127,37 @@ class FreshGroup:
 
 
 @dataclass(frozen=True)
+class MechanismGridSizes:
+    """The mechanism grid (numeric.experiments.mechanism_grid, claim G1): every routing mechanism on the sticky chain
+    under sgd, em_like and sgd_repeat, on sequences of `length` symbols for `steps` full-batch steps, on `seeds` (the
+    same for every mechanism, at least two: intervals over seeds), `seeds_per_task` of them batched in one campaign
+    task, the quadratic form in `blocks` query blocks."""
+
+    length: int
+    steps: int
+    seeds: tuple
+    seeds_per_task: int = 1
+    blocks: int = 8
+
+    def __post_init__(self):
+        _check_ints(self, "steps", "seeds_per_task", "blocks")
+        _check_ints(self, "length", minimum=3)
+        _check_seeds(self, "seeds")
+        if len(self.seeds) < 2:
+            raise ValueError(f"MechanismGridSizes.seeds must hold at least two seeds (intervals over seeds), got {self.seeds!r}")
+        if self.blocks > self.length - 1:
+            raise ValueError(f"MechanismGridSizes.blocks ({self.blocks}) must not exceed the sequence's "
+                             f"{self.length - 1} positions")
+
+
+# The mechanism grids: the full one (the sticky experiment's sizes: T = 2000, 1000 steps, the paper's five seeds),
+# trained with --extended, and the default profile's reduced one (T = 999, 500 steps, four of the paper's seeds:
+# about 5 minutes on 2 cores, see the README).
+MECHANISM_GRID_FULL = MechanismGridSizes(length=2000, steps=1000, seeds=PAPER_SEEDS, seeds_per_task=1, blocks=8)
+MECHANISM_GRID_REDUCED = MechanismGridSizes(length=1000, steps=500, seeds=PAPER_SEEDS[:4], seeds_per_task=1, blocks=8)
+
+
+@dataclass(frozen=True)
 class ExperimentSizes:
     """The experiments stage.
 
@@ -177,6 +208,11 @@ class ExperimentSizes:
     deep_length: int = 32
     deep_probe_batch: int = 32
     deep_eval_batch: int = 256
+    # The mechanism grid (claim G1): `mechanism_grid` runs in the profile, `mechanism_grid_extended` with --extended;
+    # `mechanism_bench_steps`: training steps timed per mechanism and round for the step-time benchmark.
+    mechanism_grid: MechanismGridSizes = MECHANISM_GRID_REDUCED
+    mechanism_grid_extended: MechanismGridSizes = MECHANISM_GRID_FULL
+    mechanism_bench_steps: int = 2
 
     def __post_init__(self):
         _check_ints(self, "length", "steps", "blocks", "checkpoints", "tracked_rows", "replay_steps", "exact_steps",
@@ -214,6 +250,10 @@ class ExperimentSizes:
         if (not isinstance(self.sweep_ratios, tuple) or not self.sweep_ratios or 1 not in self.sweep_ratios
                 or any(not isinstance(r, int) or r < 1 for r in self.sweep_ratios)):
             raise ValueError(f"ExperimentSizes.sweep_ratios must be positive integers including 1, got {self.sweep_ratios!r}")
+        for name in ("mechanism_grid", "mechanism_grid_extended"):
+            if not isinstance(getattr(self, name), MechanismGridSizes):
+                raise ValueError(f"ExperimentSizes.{name} must be a MechanismGridSizes, got {getattr(self, name)!r}")
+        _check_ints(self, "mechanism_bench_steps")
         if not isinstance(self.opt_in, tuple) or not set(self.opt_in) <= set(OPT_IN):
             raise ValueError(f"ExperimentSizes.opt_in must be a tuple of {', '.join(OPT_IN)}, got {self.opt_in!r}")
 
@@ -282,7 +322,12 @@ QUICK = Profile(
                     dynamics_instances=32, dynamics_train_steps=150,
                     tunnel_steps=200, tunnel_batch=32, tunnel_eval_batch=128, tunnel_length=32,
                     deep_steps=60, deep_batch=8, deep_seeds=(0, 1), deep_every=10, deep_d_model=32, deep_ff=64,
-                    deep_length=16, deep_probe_batch=16, deep_eval_batch=64),
+                    deep_length=16, deep_probe_batch=16, deep_eval_batch=64,
+                    # every mechanism's code on a tiny grid (CI): 2 seeds in one task per mechanism, 30 steps, T = 47
+                    mechanism_grid=MechanismGridSizes(length=48, steps=30, seeds=(42, 2024), seeds_per_task=2, blocks=2),
+                    mechanism_grid_extended=MechanismGridSizes(length=48, steps=30, seeds=(42, 2024), seeds_per_task=2,
+                                                               blocks=2),
+                    mechanism_bench_steps=1),
 )
 
 DEFAULT = Profile(

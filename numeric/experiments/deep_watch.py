@@ -178,12 +178,37 @@ def _probe(model, y):
     model.zero_grad(set_to_none=True)
 
 
-def train(cfg, name, init, batches, probe, evaluation, device="cpu", progress=None):
+def routing_parameters(model):
+    """What the attention rows read, as (parameter, rows) pairs (rows: a slice of the first dim): the Q and K
+    rows [0, 2E) of every attention layer's in_proj_weight and in_proj_bias, and what feeds them from below
+    the first layer: the token and position embeddings and every layer's pre-attention LayerNorm (norm1). In
+    a one-layer model these fix the attention rows on fixed inputs exactly; from the second layer on the rows
+    also read the earlier layers' values, which this does not fix."""
+    whole = slice(None)
+    out = [(model.embed.weight, whole), (model.position, whole)]
+    for layer in model.encoder.layers:
+        out += [(p, whole) for p in layer.norm1.parameters()]
+        mod = layer.self_attn
+        if not mod._qkv_same_embed_dim:
+            raise ValueError("routing_parameters: needs a packed in_proj_weight (q, k, v of one embedding size)")
+        out += [(p, slice(0, 2 * mod.embed_dim)) for p in (mod.in_proj_weight, mod.in_proj_bias) if p is not None]
+    return out
+
+
+def train(cfg, name, init, batches, probe, evaluation, device="cpu", progress=None, freeze_routing=None):
     """One optimizer from the initial weights `init` on `batches` (steps, B, T), watched on `probe`.
-    Returns the loss curve, the watcher's series per quantity (layers, heads, records) and KL at checkpoints."""
+    Returns the loss curve, the watcher's series per quantity (layers, heads, records) and KL at checkpoints.
+
+    freeze_routing: a number of steps after which the routing parameters (routing_parameters: Q and K
+    in-projections, embeddings, pre-attention LayerNorms) stop changing (the W1 positive control): they are
+    restored after every optimizer step from then on, so no optimizer (AdamW's moments and weight decay
+    included) moves them; the values and every other parameter keep training."""
+    if freeze_routing is not None and not (isinstance(freeze_routing, int) and 0 < freeze_routing <= cfg.steps):
+        raise ValueError(f"train: freeze_routing must be a step in 1..{cfg.steps}, got {freeze_routing!r}")
     model = DeepTunnel(cfg).to(device)
     model.load_state_dict(init)
     opt = optimizer(name, model, cfg)
+    frozen = None
     y_eval, bayes = evaluation
     ckpt, kl, losses = cfg.checkpoint_steps(), [], []
     probe = probe.to(device)
@@ -202,6 +227,12 @@ def train(cfg, name, init, batches, probe, evaluation, device="cpu", progress=No
             if name == "em_like":
                 scale_value_grads(model, cfg.value_lr_ratio)
             opt.step()
+            if freeze_routing is not None and step + 1 >= freeze_routing:
+                with torch.no_grad():
+                    if frozen is None:  # the routing as it stands after `freeze_routing` steps
+                        frozen = [(p, rows, p[rows].clone()) for p, rows in routing_parameters(model)]
+                    for p, rows, value in frozen:
+                        p[rows] = value
             losses.append(loss.detach())
             if progress:
                 progress()
@@ -244,15 +275,16 @@ def fixed_sequences(cfg):
     return probe, (y, bayes_predictive(tunnel, y))
 
 
-def run(cfg, device="cpu", progress=None):
-    """Every optimizer on every seed: {optimizer: [per-seed train output]}, plus the Bayes floor."""
+def run(cfg, device="cpu", progress=None, freeze_routing=None):
+    """Every optimizer on every seed: {optimizer: [per-seed train output]}, plus the Bayes floor.
+    freeze_routing: see `train` (the W1 positive control)."""
     cfg.validate()
     probe, evaluation = fixed_sequences(cfg)
     out = {name: [] for name in OPTIMIZERS}
     for seed in cfg.seeds:
         batches, init = data(cfg, seed)
         for name in OPTIMIZERS:
-            out[name].append(train(cfg, name, init, batches, probe, evaluation, device, progress))
+            out[name].append(train(cfg, name, init, batches, probe, evaluation, device, progress, freeze_routing))
     bayes = evaluation[1]
     entropy = -(bayes * bayes.log()).sum(-1) / math.log(2)
     return {"runs": out, "bayes_entropy_bits": float(entropy.mean())}
@@ -339,5 +371,5 @@ def finite(out):
     return True
 
 
-__all__ = ["DeepConfig", "DeepTunnel", "OPTIMIZERS", "QUANTITIES", "scale_value_grads", "train", "run",
+__all__ = ["DeepConfig", "DeepTunnel", "OPTIMIZERS", "QUANTITIES", "scale_value_grads", "routing_parameters", "train", "run",
            "rule_inputs", "summarise", "kl_to_bayes_bits"]

@@ -59,7 +59,13 @@ def advantage_sign_agreement(cfg, device="cpu"):
 
     Controls, on the same live entries: `scores_control` and `queries_keys_control`, the fraction with
     sign(delta alpha_ij) == sign(+A_ij) (the opposite prediction). With no zero changes the two
-    fractions sum to 1; a rule that passes the control is not testing the sign of A."""
+    fractions sum to 1; a rule that passes the control is not testing the sign of A.
+
+    `scores_natural` (E6's positive control): the same for the score step -h A / alpha (zero where alpha
+    is), the gradient step preconditioned by the softmax's Fisher metric. With A = alpha (B - <alpha, B>)
+    per row, that step is -h (B - <alpha, B>), which has zero alpha-weighted mean, so delta alpha =
+    alpha (delta s - <alpha, delta s>) = -h A to first order: the claimed sign holds by construction at
+    small h. `scores_natural_control`: its sign(+A) fraction."""
     cfg.validate()
     g = torch.Generator().manual_seed(cfg.seed)
     q, k, v, w_o, y = _problem(cfg, g, device)
@@ -69,13 +75,15 @@ def advantage_sign_agreement(cfg, device="cpu"):
     alpha, A = grads.alpha, grads.A
     live = mask & (A.abs() > 1e-12 * A.abs().max())
     rows = {"step_sizes": list(cfg.step_sizes), "scores": [], "queries_keys": [], "scores_control": [],
-            "queries_keys_control": []}
+            "queries_keys_control": [], "scores_natural": [], "scores_natural_control": []}
     scale = cfg.d ** -0.5
     s = scale * q @ k.mT
+    natural = torch.where(alpha > 0, A / alpha.clamp_min(torch.finfo(alpha.dtype).tiny), torch.zeros_like(A))
     for h in cfg.step_sizes:
         a_scores = softmax(s - h * A, mask)
         a_params = softmax(scale * (q - h * grads.dQ) @ (k - h * grads.dK).mT, mask)
-        for key, new in (("scores", a_scores), ("queries_keys", a_params)):
+        a_natural = softmax(s - h * natural, mask)
+        for key, new in (("scores", a_scores), ("queries_keys", a_params), ("scores_natural", a_natural)):
             agree = (torch.sign(new - alpha) == torch.sign(-A)) & live
             rows[key].append(float(agree.sum() / live.sum()))
             control = (torch.sign(new - alpha) == torch.sign(A)) & live
@@ -108,7 +116,9 @@ def specialisation(cfg, device="cpu"):
     fixed derangement of the key positions of each instance (the error signal routed to ANOTHER key,
     drawn once from a generator of its own). Specialisation is the own cosine beating the control.
     Per-instance means over keys at the first and last checkpoint (`*_initial_per_instance`,
-    `*_final_per_instance`) let a rule put an interval over instances on the rise and the margin."""
+    `*_final_per_instance`) let a rule put an interval over instances on the rise and the margin.
+    `cos_signal_control_final_per_instance`: cos(m_j, m_pi(j)) at the end, what the control would read if
+    every value were its own signal (E7's positive control)."""
     cfg.validate()
     g = torch.Generator().manual_seed(cfg.seed + 1)
     q, k, v, w_o, y = _problem(cfg, g, device)
@@ -126,8 +136,10 @@ def specialisation(cfg, device="cpu"):
             o = gr.alpha @ v
             loss = torch.nn.functional.cross_entropy((o @ w_o).flatten(0, 1), y.flatten())
             own = torch.nn.functional.cosine_similarity(v, signal, dim=-1)  # (instances, n)
-            other = torch.nn.functional.cosine_similarity(v, signal.gather(-2, perm[..., None].expand_as(signal)), dim=-1)
+            routed_elsewhere = signal.gather(-2, perm[..., None].expand_as(signal))
+            other = torch.nn.functional.cosine_similarity(v, routed_elsewhere, dim=-1)
             per_instance.append((own.mean(-1), other.mean(-1)))
+            signals = torch.nn.functional.cosine_similarity(signal, routed_elsewhere, dim=-1).mean(-1)
             out["steps"].append(step)
             out["cos_value_signal"].append(float(own.mean()))
             out["cos_value_control"].append(float(other.mean()))
@@ -138,7 +150,8 @@ def specialisation(cfg, device="cpu"):
     out.update({"cos_value_signal_initial_per_instance": own0.tolist(),
                 "cos_value_control_initial_per_instance": other0.tolist(),
                 "cos_value_signal_final_per_instance": own1.tolist(),
-                "cos_value_control_final_per_instance": other1.tolist()})
+                "cos_value_control_final_per_instance": other1.tolist(),
+                "cos_signal_control_final_per_instance": signals.tolist()})
     return out
 
 

@@ -1,4 +1,4 @@
-"""The empirical claims E1–E7 (and W1, ours), registered as the analytic C1–C10 are (derive.claims).
+"""The empirical claims E1–E7 (and W1, G1: ours), registered as the analytic C1–C10 are (derive.claims).
 
 Each entry holds the paper's facts once (name, statement, where the paper says it, its figure), the
 measured quantities its rule reads, the rule (numeric.experiments.rules) and the rule's thresholds by
@@ -124,5 +124,19 @@ register(EmpiricalClaim(
      "three optimizers on the same data stream and initial weights per seed"),
     rules.w1, {"W1_TOL": rules.W1_TOL, "W1_EARLY": rules.W1_EARLY, "W1_HOLD": rules.W1_HOLD,
                "W1_MOST": rules.W1_MOST, "W1_SOME": rules.W1_SOME}))
+
+# -- ours: the conjecture on data, every routing mechanism under both schedules -------------------------------------
+register(EmpiricalClaim(
+    "G1", "benefit-follows-structure",
+    "the EM-like schedule's gain follows the proved routing structure: trained on the same task, data and seeds "
+    "under SGD and under the two-timescale schedule, the mechanisms whose keys compete (softmax, normalised linear "
+    "attention, the convex gate, the mixture of experts) gain more than those whose keys do not (sigmoid attention, "
+    "SSD, the LSTM's independent gates)",
+    "ours: the sticky chain of E1-E3 with every routing mechanism of derive/mechanisms, the competition labels "
+    "from the mechanisms table", {},
+    ("loss curves of sgd, em_like and sgd_repeat per mechanism and seed (the same seeds and data for every mechanism)",
+     "each mechanism's competition cell (proved or disproved) from the mechanisms table"),
+    rules.g1, {"G1_RESAMPLES": rules.G1_RESAMPLES, "G1_LEVEL": rules.G1_LEVEL, "G1_MARGIN": rules.G1_MARGIN,
+               "G1_PERM_P": rules.G1_PERM_P}))
 
 IDS = tuple(REGISTRY)

@@ -73,6 +73,7 @@ class ExperimentStage:
         self.cache = Cache(out_dir)
         self.data = results.experiments
         self._measurements = {}  # claim -> the keyword arguments of its rule (rules.py), for the controls
+        self._constructed = {}  # claim -> its rule's keyword arguments on a constructed run (the positive controls)
 
     def thread_count(self):
         """The `threads` given, else derive.results.default_threads() (the user's OMP/MKL setting, or 2)."""
@@ -90,7 +91,9 @@ class ExperimentStage:
         self.simulations()
         self.tunnel()
         self.deep_model()
+        self.mechanisms()
         self.negative_controls()
+        self.positive_controls()
 
     def _opt_in(self, job):
         return job in self.sizes.opt_in and not self.extended
@@ -359,6 +362,78 @@ class ExperimentStage:
                                       {"verdict": rule.verdict, "reason": rule.reason}, {"verdict": "not-reproduced"}),
                                 self.log, note=rule.verdict)
 
+    def positive_controls(self):
+        """Every E-rule on an input where its phenomenon holds by construction; each must say reproduced
+        (rules.positive_controls): derived from this run's numbers (E1, E2, E3, E7), synthetic (E5), or measured
+        on a constructed run (E6: the natural-gradient score step of the same simulation; E4 and W1: trained
+        here, `_frozen_sticky` and `_frozen_deep`). Recorded as the negative controls are, with status pass
+        when the rule says reproduced."""
+        runs, extra, built = dict(self._constructed), {}, {}
+        for claim, make in (("E4", self._frozen_sticky), ("W1", self._frozen_deep)):
+            if claim in self._measurements:
+                t0 = time.perf_counter()
+                runs[claim], extra[claim] = make()
+                built[claim] = time.perf_counter() - t0
+        report = {}
+        for claim in REGISTRY:
+            t0 = time.perf_counter()
+            controls = rules.positive_controls({claim: self._measurements[claim]} if claim in self._measurements else {},
+                                               {claim: runs[claim]} if claim in runs else {})
+            seconds = built.get(claim, 0.0) + time.perf_counter() - t0
+            for cid, rule in controls.items():
+                ok = rule.verdict == "reproduced"
+                self.results.record(Check(f"experiments/positive-control/{cid}", "experiments", "negative-control", claim,
+                                          "pass" if ok else "fail", round(seconds / len(controls), 3),
+                                          {"verdict": rule.verdict, "reason": rule.reason}, {"verdict": "reproduced"},
+                                          rules.POSITIVE_CONTROLS[cid]), self.log, note=rule.verdict)
+                report[cid] = {"claim": claim, "construction": rules.POSITIVE_CONTROLS[cid], "verdict": rule.verdict,
+                               "reason": rule.reason, "seconds": seconds / len(controls), **extra.get(claim, {}),
+                               "measured": _plain(rule.measured)}
+        self.data["positive_controls"] = report
+
+    def _frozen_sticky(self):
+        """E4's constructed run: the first fresh group's first two seeds, both arms, at the profile's sizes, with
+        W_Q and W_K frozen after a tenth of the steps (sticky.train's freeze_routing); the E4 rule's input is
+        its frame-precision curves. Returns (rule input, what results.json keeps)."""
+        base = self.cfgs["fresh"][0]
+        cfg = dataclasses.replace(base, seeds=base.seeds[:2], arms=("sgd", "em_like"))
+        freeze = max(1, cfg.steps // 10)
+
+        def run():
+            bar = Progress(cfg.steps, f"sticky-frozen-routing ({len(cfg.arms)} arms x {len(cfg.seeds)} seeds)", self.log)
+            t0 = time.perf_counter()
+            r = sticky.train(cfg, self.device, progress=lambda s: bar.update(1), freeze_routing=freeze)
+            bar.close()
+            return {"run": r, "seconds": time.perf_counter() - t0}
+
+        out = self.cache.get_or_run(f"sticky-frozen-routing-{freeze}", cfg, self.device, run, self.log)
+        inputs = rules.e4_inputs(frame_precision(cfg, out["run"]))
+        return {"arms": inputs}, {"seeds": list(cfg.seeds), "steps": cfg.steps, "length": cfg.length,
+                                  "freeze_after_step": freeze, "train_seconds": out["seconds"], "curves": inputs}
+
+    def _frozen_deep(self):
+        """W1's constructed run: the watched model at the profile's sizes with one layer (from the second layer on,
+        attention reads the earlier layers' values, which keep learning: no parameter freeze fixes it there),
+        every optimizer and seed, its routing (deep_watch.routing_parameters) frozen after the first watched
+        interval; the W1 rule's input is its drifts. Returns (rule input, what results.json keeps)."""
+        cfg = dataclasses.replace(self.cfgs["deep"], layers=1)
+        freeze = cfg.every
+
+        def run():
+            total = cfg.steps * len(cfg.seeds) * len(deep_watch.OPTIMIZERS)
+            bar = Progress(total, f"deep-watch-frozen-routing ({len(deep_watch.OPTIMIZERS)} optimizers x "
+                                  f"{len(cfg.seeds)} seeds, 1 layer)", self.log)
+            t0 = time.perf_counter()
+            out = deep_watch.run(cfg, self.device, progress=lambda: bar.update(1), freeze_routing=freeze)
+            bar.close()
+            return {**out, "seconds": time.perf_counter() - t0}
+
+        out = self.cache.get_or_run(f"deep-watch-{deep_watch.EVALUATION}-frozen-routing-{freeze}", cfg, self.device, run,
+                                    self.log)
+        return {"optimizers": deep_watch.rule_inputs(out, cfg)}, {
+            "seeds": list(cfg.seeds), "steps": cfg.steps, "layers": cfg.layers, "heads": cfg.heads,
+            "freeze_after_step": freeze, "train_seconds": out["seconds"], "finite": deep_watch.finite(out)}
+
     # -- exactness, sweep, speed ----------------------------------------------------------------------
     def exactness(self):
         cfg = self.cfgs["exact"]
@@ -428,6 +503,7 @@ class ExperimentStage:
                     {"worst_ratio_to_bound": worst, "ds_norm": c9["ds_norm"], "dv_norm": c9["dv_norm"]},
                     {"ratio_at_most": 1.0})
         self._measurements["E6"] = {"agreement": e6["scores"][0], "control_agreement": e6["scores_control"][0]}
+        self._constructed["E6"] = {"agreement": e6["scores_natural"][0], "control_agreement": e6["scores_natural_control"][0]}
         self._measurements["E7"] = {"spec": e7}
         for cid in ("E6", "E7"):
             rule = REGISTRY[cid].rule(**self._measurements[cid])
@@ -482,6 +558,76 @@ class ExperimentStage:
                            f"{cfg.steps} steps, watched every {cfg.every}")
         self._rule_check("W1", "rule", rule.verdict, rule.reason, rule.measured,
                          on=f"Deep model ({len(cfg.seeds)} seeds x {len(opts)} optimizers)", seeds=len(cfg.seeds))
+
+
+    # -- G1 (ours): every routing mechanism under both schedules -------------------------------------------------
+    def mechanisms(self):
+        """Every routing mechanism on the sticky chain under sgd, em_like and sgd_repeat (numeric.experiments.
+        mechanism_grid: one Dask task per mechanism and group of seeds, on CPU workers whatever --device says,
+        cached under DIR/cache/mechanism-grid), the G1 rule on their curves against the mechanisms table's
+        competition labels, its negative and positive controls, and each mechanism's step time against softmax's.
+        The profile's reduced grid, or with --extended the full one (the sticky experiment's sizes)."""
+        from numeric.experiments import mechanism_grid as mg
+
+        full = self.extended
+        cfg = mg.from_sizes(self.sizes.mechanism_grid_extended if full else self.sizes.mechanism_grid)
+        t0 = time.perf_counter()
+        merged, outcome = mg.run(cfg, cache_dir=self.cache.root / mg.LABEL, workers=self.thread_count(), log=self.log)
+        wall = time.perf_counter() - t0
+        summary = mg.summarise(cfg, merged)
+        labels, source = mg.competition_labels(self.results.derive.get("mechanisms"), cfg.mechanisms)
+        measurement = {"curves": mg.curves(merged), "competition": labels, "steps": cfg.steps, "seed": self.seed}
+        rule = REGISTRY["G1"].rule(**measurement)
+        for m, x in rule.measured["mechanisms"].items():
+            summary[m].update({k: x[k] for k in ("competition", "speedup", "ci95", "baseline", "excess", "excess_ci95",
+                                                 "gains")})
+        controls = rules.g1_controls(measurement)
+        times = mg.step_times(cfg, steps=self.sizes.mechanism_bench_steps, forms=True, log=self.log)
+        T = cfg.length - 1
+        self.data["mechanisms"] = _plain({
+            "grid": "full" if full else "reduced", "config": dataclasses.asdict(cfg), "length": T, "steps": cfg.steps,
+            "seeds": list(cfg.seeds), "arms": list(cfg.arms), "learning_rates": mg.ARMS,
+            "routing": {m: list(mg.ml.ROUTING[m]) for m in cfg.mechanisms},
+            "content": {m: list(mg.ml.CONTENT[m]) for m in cfg.mechanisms},
+            "competition": labels, "labels_source": source, "mechanisms": summary,
+            "rule": {"verdict": rule.verdict, "reason": rule.reason, "measured": rule.measured},
+            "controls": {cid: {"kind": kind, "construction": rules.G1_CONSTRUCTIONS[cid], "verdict": r.verdict,
+                               "reason": r.reason} for cid, (kind, r) in controls.items()},
+            "campaign": {"workers": outcome.workers, "computed": outcome.computed, "cached": outcome.cached,
+                         "failed": outcome.failed, "seconds": outcome.seconds, "wall_s": wall},
+            "step_seconds": {k: v["median_s"] for k, v in times.items()}})
+        ok = [m for m in cfg.mechanisms if merged.get(m) is not None and merged[m]["finite"]
+              and abs(float(np.mean([row[0] for row in merged[m]["losses"][0]])) - math.log(cfg.base.symbols)) < 0.1]
+        same = {m: summary[m]["identical_arms_max_difference"] for m in ok}
+        self._check("experiments/mechanisms/valid", "G1", len(ok) == len(cfg.mechanisms) and not outcome.failed
+                    and max(same.values(), default=0.0) <= 1e-3, wall,
+                    {"valid": ok, "failed_tasks": outcome.failed, "identical_arms_max_difference": same,
+                     "identical_arms_bitwise": {m: summary[m]["identical_arms_bitwise"] for m in ok},
+                     "tasks_computed": outcome.computed, "tasks_cached": outcome.cached, "workers": outcome.workers},
+                    {"finite": True, "start_loss": f"within 0.1 of ln {cfg.base.symbols}",
+                     "identical_arms_max_difference_at_most": 1e-3},
+                    detail=f"{len(cfg.mechanisms)} mechanisms x {len(cfg.seeds)} seeds x {len(cfg.arms)} arms, T = {T}, "
+                           f"{cfg.steps} steps ({'full' if full else 'reduced'} grid)")
+        self._rule_check("G1", "rule", rule.verdict, rule.reason, rule.measured,
+                         on=f"{len(rule.measured['mechanisms'])} mechanisms x {len(cfg.seeds)} seeds, T = {T}, "
+                            f"{cfg.steps} steps ({'full' if full else 'reduced'} grid)", seeds=len(cfg.seeds),
+                         context=f"Competition labels: {source}.")
+        for cid, (kind, r) in controls.items():  # recorded as the E-rules' controls are (kind negative-control)
+            expected = "not-reproduced" if kind == "negative" else "reproduced"
+            self.results.record(Check(f"experiments/{kind}-control/{cid}", "experiments", "negative-control", "G1",
+                                      "pass" if r.verdict == expected else "fail", 0.0,
+                                      {"verdict": r.verdict, "reason": r.reason}, {"verdict": expected},
+                                      rules.G1_CONSTRUCTIONS[cid]), self.log, note=r.verdict)
+        base = times["softmax"]["median_s"] if "softmax" in times else float("nan")
+        for name, t in times.items():
+            mech, _, form = name.partition("/")
+            ref, ref_s = (("its quadratic form (same sizes, 1 thread)", times[mech]["median_s"]) if form else
+                          ("softmax's training step (same sizes, 1 thread)", base))
+            self.results.benchmarks.append({
+                "name": f"experiments/mechanism-step/{name}", "device": "cpu", "dtype": cfg.base.dtype,
+                "shape": {"length": T, "arms": len(cfg.arms), "seeds": 1, "blocks": cfg.blocks}, "threads": 1,
+                "ours_s": t["median_s"], "rounds_s": t["rounds_s"], "reference": ref, "reference_s": ref_s,
+                "ratio": t["median_s"] / ref_s})
 
 
 def _numbers(obj):

@@ -301,13 +301,18 @@ class Run:
     loop_seconds: float = float("nan")  # wall time of the training steps alone (set-up and final loss excluded)
 
 
-def train(cfg, device="cpu", progress=None, state_path=None, save_every=100, on_start=None, log=print):
+def train(cfg, device="cpu", progress=None, state_path=None, save_every=100, on_start=None, log=print,
+          freeze_routing=None):
     """All seeds and arms at once. `progress(step)` is called after every step. With `state_path`,
     the state is saved atomically every `save_every` steps and a run finds and resumes it (training
     is deterministic full-batch descent, so a resumed run equals an uninterrupted one); a state that
     cannot be read or does not fit `cfg` is reported through `log`, deleted, and training starts over.
-    `on_start(step)` is called once with the step training starts from (0, or the resumed step)."""
+    `on_start(step)` is called once with the step training starts from (0, or the resumed step).
+    `freeze_routing`: a number of steps after which W_Q and W_K are no longer updated in any arm (E4's
+    positive control: the attention rows, on fixed inputs, stop moving while W_V and W_O keep learning)."""
     cfg.validate()
+    if freeze_routing is not None and not (isinstance(freeze_routing, int) and 0 <= freeze_routing <= cfg.steps):
+        raise ValueError(f"train: freeze_routing must be a step in 0..{cfg.steps}, got {freeze_routing!r}")
     data = make_data(cfg, device)
     params = init_params(cfg, device)
     lrs, mstep = learning_rates(cfg, device)
@@ -342,7 +347,8 @@ def train(cfg, device="cpu", progress=None, state_path=None, save_every=100, on_
             break
         loss, grads = gradients(params, data, scale, blocks, mstep, work)
         losses.append(loss.detach())  # kept on the device; copied once at the end and at saves
-        for p, g, lr in zip(params, grads, lrs):
+        first = 2 if freeze_routing is not None and step >= freeze_routing else 0  # W_Q, W_K frozen from here
+        for p, g, lr in zip(params[first:], grads[first:], lrs[first:]):
             p.sub_(lr * g)
         if progress:
             progress(step)

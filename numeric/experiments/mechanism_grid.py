@@ -1,0 +1,423 @@
+"""Every routing mechanism trained on the sticky chain under both schedules: the conjecture on data (claim G1).
+
+The sticky-chain protocol of E1–E3 (numeric.experiments.sticky: the authors' task and sizes, T = 2000, 8 symbols,
+d_in 20, d_k 10, d_v 15, 1000 full-batch steps), one layer per mechanism (numeric.experiments.mechanism_layers),
+every mechanism on the same data streams and seeds (sticky.make_data: our streams, mu drawn with torch float64 seed
+0, as the sticky experiment's first fresh group) and from the same initial W_Q, W_K, W_V, W_O where it has them.
+Arms, per parameter group (mechanism_layers.ROUTING / CONTENT):
+
+    sgd         every parameter lr 0.01
+    em_like     content lr 0.1 (10x), routing (and the readout W_O) 0.01: the paper's EM-like schedule
+    sgd_repeat  identical to sgd, trained again in the same batched program: the identical-arms baseline of the
+                speedup (E1's definition scores identical arms about 1.1, not 1)
+
+Each (mechanism, group of seeds) is one task of a Dask campaign (numeric.campaign): `train_task` is a pure
+module-level function of the config, the mechanism and the seeds (torch pinned to one thread inside it), returning
+plain data; finished tasks are cached as JSON under DIR/cache/mechanism-grid/ and a campaign resumes from them. The
+results do not depend on the number of workers (tests/test_mechanism_grid.py: 1 and 2 workers, bitwise).
+
+    python -m numeric.experiments.mechanism_grid [--quick | --extended] [--workers N] [--scheduler ADDRESS]
+                                                 [--out DIR] [--overhead N]
+
+runs the profile's grid (default: the default profile's reduced grid; --extended: the full grid), prints the table
+per mechanism and the wall time; --overhead N times N round trips of a trivial task on a fresh local cluster.
+"""
+from __future__ import annotations
+
+import argparse
+import dataclasses
+import hashlib
+import json
+import math
+import statistics
+import sys
+import time
+from dataclasses import dataclass
+
+import numpy as np
+import torch
+
+from numeric.experiments import chain, sticky
+from numeric.experiments import mechanism_layers as ml
+from numeric.experiments import stats as st
+from numeric.experiments.config import positive_ints
+
+# arm -> (routing lr, content lr)
+ARMS = {"sgd": (0.01, 0.01), "em_like": (0.01, 0.1), "sgd_repeat": (0.01, 0.01)}
+LABEL = "mechanism-grid"
+CURVE_POINTS = 101  # points of each arm's mean loss curve kept in results.json
+
+
+@dataclass(frozen=True)
+class GridConfig:
+    """The grid: mechanisms x seeds x arms, each seed trained with the sticky experiment's settings (`base`,
+    whose own seeds, steps, length and arms are replaced by the grid's)."""
+
+    mechanisms: tuple = ml.MECHANISMS
+    length: int = 2000
+    steps: int = 1000
+    seeds: tuple = sticky.PAPER_SEEDS
+    seeds_per_task: int = 1
+    blocks: int = 8  # query blocks of the quadratic form (mechanism_layers.query_blocks)
+    arms: tuple = tuple(ARMS)
+    base: sticky.StickyConfig = sticky.StickyConfig()
+
+    def validate(self):
+        positive_ints(self, "length", "steps", "seeds_per_task", "blocks")
+        if self.length < 3:
+            raise ValueError(f"GridConfig.length must be >= 3, got {self.length}")
+        unknown = [m for m in self.mechanisms if m not in ml.MECHANISMS]
+        if unknown or not self.mechanisms or len(set(self.mechanisms)) != len(self.mechanisms):
+            raise ValueError(f"GridConfig.mechanisms must be distinct names among {ml.MECHANISMS}, got {self.mechanisms!r}")
+        if tuple(self.arms) != tuple(ARMS):
+            raise ValueError(f"GridConfig.arms must be {tuple(ARMS)} (the rule reads all three), got {self.arms!r}")
+        if not self.seeds or len(set(self.seeds)) != len(self.seeds):
+            raise ValueError(f"GridConfig.seeds must be distinct and non-empty, got {self.seeds!r}")
+        self.sticky().validate()
+        return self
+
+    def sticky(self, seeds=None):
+        """The sticky experiment's config for `seeds` (default: all of the grid's)."""
+        return dataclasses.replace(self.base, length=self.length, steps=self.steps, seeds=tuple(seeds or self.seeds),
+                                   arms=("sgd",), checkpoints=1)
+
+    def groups(self):
+        """The seeds in task-sized groups, in order."""
+        k = self.seeds_per_task
+        return [tuple(self.seeds[i:i + k]) for i in range(0, len(self.seeds), k)]
+
+    def train_key(self):
+        """A hash of everything a task's numbers depend on besides its mechanism and seeds (and the code version)."""
+        from derive import __version__
+
+        fields = {k: v for k, v in dataclasses.asdict(self).items() if k not in ("mechanisms", "seeds", "seeds_per_task")}
+        blob = json.dumps({"cfg": repr(fields), "lrs": ARMS, "version": __version__}, sort_keys=True)
+        return hashlib.sha256(blob.encode()).hexdigest()[:12]
+
+
+# -- one task: a mechanism on a group of seeds, every arm batched -------------------------------------------------
+def learning_rates(mechanism, arms, params):
+    """{name: (A, 1, ...) learning rates}: the content lr for the mechanism's content, the routing lr otherwise."""
+    out = {}
+    for name, p in params.items():
+        which = 1 if name in ml.CONTENT[mechanism] else 0
+        lr = torch.tensor([ARMS[a][which] for a in arms], dtype=p.dtype, device=p.device)
+        out[name] = lr.view(-1, *([1] * (p.dim() - 1)))
+    return out
+
+
+def _metrics(probs, y):
+    ce, ent, acc = chain.predictive_metrics(probs.double(), y.expand(probs.shape[:-1]))
+    return {"loss": ce.tolist(), "entropy": ent.tolist(), "accuracy": acc.tolist()}
+
+
+def train_task(cfg, mechanism, seeds):
+    """Train `mechanism` on `seeds` under every arm of `cfg` (one batched program, torch.autograd) and evaluate it.
+
+    Pure: the same numbers for the same arguments in any process (torch runs on one thread inside the call, the
+    caller's setting restored after). Returns plain data: per arm x seed the loss curve (before each step, and
+    after the last), the final entropy, accuracy, KL to the exact Bayes predictive (bits) on the training and on
+    held-out sequences, the Bayes predictive's own metrics, whether the identical arms stayed bitwise equal, and
+    (under "timing", not part of the numbers) the wall time."""
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)
+    try:
+        return _train(cfg, mechanism, tuple(seeds))
+    finally:
+        torch.set_num_threads(threads)
+
+
+def _train(cfg, mechanism, seeds):
+    scfg = cfg.sticky(seeds)
+    data = sticky.make_data(scfg, "cpu")
+    T = data.x.shape[-2]
+    blocks = ml.query_blocks(T, cfg.blocks)
+    params = ml.init_params(scfg, mechanism, seeds, len(cfg.arms), scfg.torch_dtype)
+    lrs = learning_rates(mechanism, cfg.arms, params)
+    leaves = list(params.values())
+    curve = []
+    t0 = time.perf_counter()
+    for _ in range(cfg.steps):
+        loss = ml.losses(mechanism, params, data.x, data.y, blocks=blocks)
+        grads = torch.autograd.grad(loss.sum(), leaves)
+        with torch.no_grad():
+            for (name, p), g in zip(params.items(), grads):
+                p.sub_(lrs[name] * g)
+        curve.append(loss.detach())
+    loop = time.perf_counter() - t0
+    with torch.no_grad():
+        probs = ml.probabilities(mechanism, params, data.x, blocks=blocks)
+        curve.append(-torch.log(probs.gather(-1, data.y.expand(probs.shape[:-1])[..., None]).squeeze(-1)).mean(-1))
+        held = sticky.make_data(scfg, "cpu", seed_offset=scfg.heldout_seed_offset)
+        held_probs = ml.probabilities(mechanism, params, held.x, blocks=blocks)
+    losses = torch.stack(curve, -1).double()  # (A, S, steps + 1)
+    bayes = chain.bayes_predictive(data.P, data.mu, data.x[0])
+    bayes_held = chain.bayes_predictive(held.P, held.mu, held.x[0])
+    a = {arm: i for i, arm in enumerate(cfg.arms)}
+    return {
+        "mechanism": mechanism, "seeds": list(seeds), "arms": list(cfg.arms), "steps": cfg.steps, "length": T,
+        "losses": losses.tolist(),
+        "train": {**_metrics(probs, data.y), "kl_bits": chain.kl_bits(bayes[None], probs.double()).tolist()},
+        "heldout": {**_metrics(held_probs, held.y), "kl_bits": chain.kl_bits(bayes_held[None], held_probs.double()).tolist()},
+        "bayes": _metrics(bayes[None], data.y)["loss"][0], "bayes_entropy": _metrics(bayes[None], data.y)["entropy"][0],
+        "bayes_heldout": _metrics(bayes_held[None], held.y)["loss"][0],
+        "identical_arms_bitwise": bool(torch.equal(losses[a["sgd"]], losses[a["sgd_repeat"]])),
+        "identical_arms_max_difference": float((losses[a["sgd"]] - losses[a["sgd_repeat"]]).abs().max()),
+        "finite": bool(torch.isfinite(losses).all()),
+        "timing": {"loop_seconds": loop, "step_seconds": loop / max(cfg.steps, 1)},
+    }
+
+
+# -- the campaign -------------------------------------------------------------------------------------------------
+def tasks(cfg):
+    """One campaign task per (mechanism, group of seeds), named by the mechanism, the seeds and the training key."""
+    from numeric import campaign
+
+    key = cfg.train_key()
+    return [campaign.Task(f"{LABEL}/{m}/seeds={'-'.join(map(str, g))}/{key}", train_task, (cfg, m, g))
+            for m in cfg.mechanisms for g in cfg.groups()]
+
+
+def run(cfg, cache_dir=None, workers=None, scheduler=None, log=print):
+    """Train the grid on Dask (numeric.campaign.run). Returns (merged, outcome): merged[mechanism] is the tasks'
+    results joined over seed groups in cfg.seeds' order (None for a mechanism with a failed task)."""
+    from numeric import campaign
+
+    cfg.validate()
+    todo = tasks(cfg)
+    outcome = campaign.run(todo, scheduler=scheduler, workers=workers, cache_dir=cache_dir, log=log, label=LABEL)
+    merged, groups = {}, len(cfg.groups())
+    for i, m in enumerate(cfg.mechanisms):
+        parts = outcome.results[i * groups:(i + 1) * groups]
+        merged[m] = None if any(p is None for p in parts) else merge(parts)
+    return merged, outcome
+
+
+def merge(parts):
+    """One mechanism's task results joined along the seed axis."""
+    out = {k: parts[0][k] for k in ("mechanism", "arms", "steps", "length")}
+    out["seeds"] = [s for p in parts for s in p["seeds"]]
+    out["losses"] = [[row for p in parts for row in p["losses"][a]] for a in range(len(out["arms"]))]
+    for part in ("train", "heldout"):
+        out[part] = {k: [[x for p in parts for x in p[part][k][a]] for a in range(len(out["arms"]))]
+                     for k in parts[0][part]}
+    for k in ("bayes", "bayes_entropy", "bayes_heldout"):
+        out[k] = [x for p in parts for x in p[k]]
+    out["identical_arms_bitwise"] = all(p["identical_arms_bitwise"] for p in parts)
+    out["identical_arms_max_difference"] = max(p["identical_arms_max_difference"] for p in parts)
+    out["finite"] = all(p["finite"] for p in parts)
+    out["step_seconds"] = [p["timing"]["step_seconds"] for p in parts]
+    return out
+
+
+def curves(merged):
+    """{mechanism: {arm: (S, steps + 1) array}}: the G1 rule's input (mechanisms with a failed task left out)."""
+    return {m: {arm: np.asarray(r["losses"][i], float) for i, arm in enumerate(r["arms"])}
+            for m, r in merged.items() if r is not None}
+
+
+def summarise(cfg, merged):
+    """Per mechanism and arm the numbers results.json reports: means and per-seed lists of the final loss, entropy,
+    accuracy, held-out loss and KL, the gap to H_min (the chain's conditional entropy, the Bayes floor of E2) and to
+    the exact Bayes predictive's loss on the same sequences, and the arm's mean loss curve."""
+    h_min = chain.conditional_entropy(chain.transition_matrix(cfg.base.symbols, cfg.base.self_prob, cfg.base.off_mass))
+    out = {}
+    for m, r in merged.items():
+        if r is None:
+            out[m] = {"failed": True}
+            continue
+        bayes, bayes_held = np.asarray(r["bayes"]), np.asarray(r["bayes_heldout"])
+        arms = {}
+        for i, arm in enumerate(r["arms"]):
+            L = np.asarray(r["losses"][i], float)
+            final = L[:, -1]
+            per = {"final_loss": final, "final_entropy": r["train"]["entropy"][i], "accuracy": r["train"]["accuracy"][i],
+                   "kl_to_bayes_bits": r["train"]["kl_bits"][i], "heldout_loss": r["heldout"]["loss"][i],
+                   "heldout_entropy": r["heldout"]["entropy"][i], "heldout_accuracy": r["heldout"]["accuracy"][i],
+                   "heldout_kl_to_bayes_bits": r["heldout"]["kl_bits"][i], "gap_to_h_min": final - h_min,
+                   "gap_to_bayes_loss": final - bayes, "heldout_gap_to_bayes_loss": np.asarray(r["heldout"]["loss"][i]) - bayes_held}
+            arms[arm] = {k: _mean(v) for k, v in per.items()}
+            arms[arm].update({f"{k}_per_seed": [float(x) for x in v] for k, v in per.items()})
+            arms[arm]["final_loss_ci95"] = st.mean_ci(final)[1]
+            arms[arm]["curve"] = st.curve(L, CURVE_POINTS)
+        out[m] = {"seeds": r["seeds"], "arms": arms, "h_min": h_min, "bayes_loss": _mean(bayes),
+                  "bayes_heldout_loss": _mean(bayes_held), "identical_arms_bitwise": r["identical_arms_bitwise"],
+                  "identical_arms_max_difference": r["identical_arms_max_difference"], "finite": r["finite"],
+                  "step_seconds_per_task": r["step_seconds"]}
+    return out
+
+
+def _mean(v):
+    v = np.asarray(v, float)
+    return float(v.mean()) if np.isfinite(v).all() else float("nan")
+
+
+# -- what it costs --------------------------------------------------------------------------------------------------
+def step_times(cfg, mechanisms=None, steps=3, rounds=3, forms=False, log=None):
+    """Seconds per training step of each mechanism (3 arms x 1 seed at the grid's T and blocks, torch on one
+    thread, after a warm-up step), the median of `rounds` rounds that visit every mechanism in turn (so a load
+    on the machine falls on all of them alike). With `forms`, the cells' scan form is timed too ("gate/scan").
+    Returns {name: {"median_s", "rounds_s"}}."""
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)
+    try:
+        scfg = cfg.sticky(cfg.seeds[:1])
+        data = sticky.make_data(scfg, "cpu")
+        blocks = ml.query_blocks(data.x.shape[-2], cfg.blocks)
+        runs = [(m, "quadratic") for m in (mechanisms or cfg.mechanisms)]
+        if forms:
+            runs += [(m, "scan") for m in ("gate", "lstm") if m in (mechanisms or cfg.mechanisms)]
+        state = {}
+        for m, form in runs:
+            params = ml.init_params(scfg, m, scfg.seeds, len(cfg.arms), scfg.torch_dtype)
+            state[(m, form)] = (params, learning_rates(m, cfg.arms, params))
+            _steps(m, form, *state[(m, form)], data, blocks, 1)  # warm-up
+        times = {k: [] for k in state}
+        for _ in range(rounds):
+            for k in state:
+                t0 = time.perf_counter()
+                _steps(k[0], k[1], *state[k], data, blocks, steps)
+                times[k].append((time.perf_counter() - t0) / steps)
+        out = {(m if form == "quadratic" else f"{m}/{form}"): {"median_s": statistics.median(v), "rounds_s": v}
+               for (m, form), v in times.items()}
+        if log:
+            log("  step times: " + ", ".join(f"{k} {1000 * v['median_s']:.0f} ms" for k, v in out.items()))
+        return out
+    finally:
+        torch.set_num_threads(threads)
+
+
+def _steps(mechanism, form, params, lrs, data, blocks, n):
+    leaves = list(params.values())
+    for _ in range(n):
+        loss = ml.losses(mechanism, params, data.x, data.y, form=form, blocks=blocks)
+        grads = torch.autograd.grad(loss.sum(), leaves)
+        with torch.no_grad():
+            for (name, p), g in zip(params.items(), grads):
+                p.sub_(lrs[name] * g)
+
+
+def _trivial(i):
+    return i
+
+
+def scheduling_overhead(n=50, workers=2, scheduler=None):
+    """Seconds per round trip of a trivial task (submit, run, gather one at a time) on a local cluster of
+    `workers` (or `scheduler`), the cluster's start-up and close timed apart. Returns a dict."""
+    from numeric.campaign import _client
+
+    t0 = time.perf_counter()
+    with _client(scheduler, workers, 20) as client:
+        started = time.perf_counter()
+        client.submit(_trivial, -1, pure=False).result()  # the first task imports on the worker
+        trips = []
+        for i in range(n):
+            t = time.perf_counter()
+            client.submit(_trivial, i, pure=False).result()
+            trips.append(time.perf_counter() - t)
+        closing = time.perf_counter()
+    end = time.perf_counter()
+    return {"round_trip_median_s": statistics.median(trips), "round_trip_max_s": max(trips), "tasks": n,
+            "workers": workers, "cluster_start_s": started - t0, "cluster_close_s": end - closing}
+
+
+# -- command line -------------------------------------------------------------------------------------------------
+def from_sizes(sizes):
+    """The GridConfig of a profile's MechanismGridSizes (derive.profile)."""
+    return GridConfig(length=sizes.length, steps=sizes.steps, seeds=sizes.seeds, seeds_per_task=sizes.seeds_per_task,
+                      blocks=sizes.blocks)
+
+
+def table(summary, rule_measured=None):
+    """Plain-text table: per mechanism the final loss of each arm, the speedup and its interval."""
+    lines = [f"{'mechanism':10} {'compete':8} {'sgd':>7} {'em_like':>8} {'repeat':>7} {'speedup':>8}  "
+             f"{'95% CI':>13} {'excess CI':>15} {'H-Hmin em':>9} {'heldout em':>10}"]
+    per = (rule_measured or {}).get("mechanisms", {})
+    for m, s in summary.items():
+        if s.get("failed"):
+            lines.append(f"{m:10} failed")
+            continue
+        a, r = s["arms"], per.get(m, {})
+        ci, xci = r.get("ci95", [math.nan] * 2), r.get("excess_ci95", [math.nan] * 2)
+        lines.append(f"{m:10} {str(r.get('competition', '?')):8} {a['sgd']['final_loss']:7.4f} {a['em_like']['final_loss']:8.4f} "
+                     f"{a['sgd_repeat']['final_loss']:7.4f} {r.get('speedup', math.nan):8.2f}  [{ci[0]:5.2f}, {ci[1]:5.2f}] "
+                     f"[{xci[0]:+6.2f}, {xci[1]:+6.2f}] {a['em_like']['final_entropy'] - s['h_min']:9.4f} "
+                     f"{a['em_like']['heldout_loss']:10.4f}")
+    return "\n".join(lines)
+
+
+def main(argv=None):
+    from derive import profile as profiles
+    from numeric import campaign
+    from numeric.experiments import rules
+
+    parser = argparse.ArgumentParser(prog="python -m numeric.experiments.mechanism_grid", description=__doc__.split("\n")[0])
+    which = parser.add_mutually_exclusive_group()
+    which.add_argument("--quick", action="store_true", help="the quick profile's tiny grid")
+    which.add_argument("--extended", action="store_true", help="the full grid (5 seeds, 1000 steps)")
+    parser.add_argument("--out", default=None, help="cache the tasks under OUT/cache/mechanism-grid (default: no cache)")
+    parser.add_argument("--overhead", type=int, default=0, metavar="N", help="also time N trivial round trips")
+    parser.add_argument("--json", default=None, help="write the summary, the rule and the timings here")
+    campaign.add_arguments(parser)
+    args = parser.parse_args(argv)
+    sizes = profiles.get("quick" if args.quick else "default").experiments
+    cfg = from_sizes(sizes.mechanism_grid_extended if args.extended else sizes.mechanism_grid)
+    cache = f"{args.out}/cache/{LABEL}" if args.out else None
+    t0 = time.perf_counter()
+    merged, outcome = run(cfg, cache_dir=cache, workers=args.workers, scheduler=args.scheduler)
+    wall = time.perf_counter() - t0
+    summary = summarise(cfg, merged)
+    labels, source = competition_labels(None, cfg.mechanisms)
+    rule = rules.g1(curves(merged), labels, cfg.steps)
+    print(table(summary, rule.measured))
+    print(f"G1: {rule.verdict}: {rule.reason}")
+    print(f"grid: {len(cfg.mechanisms)} mechanisms x {len(cfg.seeds)} seeds x {len(cfg.arms)} arms, T = {cfg.length - 1}, "
+          f"{cfg.steps} steps; {outcome.computed} tasks computed, {outcome.cached} cached, {outcome.workers} workers: "
+          f"{wall:.1f} s wall")
+    out = {"config": dataclasses.asdict(cfg), "wall_s": wall, "workers": outcome.workers, "computed": outcome.computed,
+           "cached": outcome.cached, "failed": outcome.failed, "labels_source": source}
+    if args.overhead:
+        out["overhead"] = scheduling_overhead(args.overhead, campaign.worker_count(args.workers), args.scheduler)
+        print("scheduling overhead: " + json.dumps(out["overhead"]))
+    if args.json:
+        with open(args.json, "w") as fh:
+            json.dump({**out, "summary": summary, "rule": {"verdict": rule.verdict, "reason": rule.reason,
+                                                           "measured": rule.measured}}, fh, indent=1, default=float)
+    return 1 if outcome.failed else 0
+
+
+# -- the structural labels ----------------------------------------------------------------------------------------
+def competition_labels(table, names):
+    """({mechanism: True / False}, source): whether each mechanism's keys compete (its `competition` cell is proved),
+    from the derive stage's table (results.json `mechanisms`) when it holds the mechanism; else decided here by the
+    general path (masked and unmasked: proved by both -> True; a certified witness -> False). A mechanism whose
+    cell is undecided gets no label (left out of the comparison)."""
+    labels, sources = {}, set()
+    rows = (table or {}).get("table", {})
+    for m in names:
+        cell = rows.get(m, {}).get("questions", {}).get("competition", {})
+        if cell.get("verdict") in ("proved", "disproved"):
+            labels[m] = cell["verdict"] == "proved"
+            sources.add("the derive stage's table (results.json mechanisms)")
+            continue
+        verdict = _decide_competition(m)
+        if verdict in ("proved", "disproved"):
+            labels[m] = verdict == "proved"
+        sources.add("decided here by the general path (the derive stage's table was not in results.json)")
+    return labels, "; ".join(sorted(sources))
+
+
+def _decide_competition(name):
+    from derive.mechanisms import questions
+    from derive.prove import run_path
+
+    identity = questions.identities(name)["competition"]
+    outcomes = [run_path("general", identity, masked, f"mechanism {name} / competition", {"seed": 0, "budget_s": 60.0})
+                for masked in (False, True)]
+    if any(o.status == "disproved" for o in outcomes):
+        return "disproved"
+    return "proved" if all(o.status == "proved" for o in outcomes) else "undecided"
+
+
+if __name__ == "__main__":
+    sys.exit(main())
