@@ -3,7 +3,7 @@
 baseline, and the keys do not compete."""
 from derive.mechanisms import register
 from derive.mechanisms.base import Mechanism, Mutant
-from derive.mechanisms.forms import advantage, per_key
+from derive.mechanisms.forms import advantage, at_logits, per_key
 from derive.mechanisms.softmax import score
 
 
@@ -22,15 +22,9 @@ def reference(t):
     return w if t.get("mask") is None else w * t["mask"]
 
 
-def reference_logits(t):
-    """The weights from free logits t["s"] (the scores level): `reference` with q = s, k = I and c = 1."""
-    s = t["s"]
-    return reference({**t, "q": s, "k": s.new_ones(s.shape[-1]).diag(), "c": 1.0})
-
-
 MECHANISM = register(Mechanism(
     "sigmoid", "sigmoid attention", score, weight, routing=per_key, reference=reference, normalised=False,
-    reference_logits=reference_logits,
+    reference_logits=at_logits(reference),
     latex=r"w_{ij}=M_{ij}\,\sigma(s_{ij}+\beta),\ s_{ij}=c\,q_i\cdot k_j",
     routing_latex=r"\frac{\partial L}{\partial s_{ij}}=w_{ij}(1-w_{ij})\,b_{ij}",
     ref="sigmoid attention, arXiv 2409.04431",

@@ -2,7 +2,7 @@
 Its routing gradient is the advantage w_ij (b_ij - sum_k w_ik b_ik) (C1)."""
 from derive.mechanisms import register
 from derive.mechanisms.base import Mechanism, Mutant
-from derive.mechanisms.forms import advantage, per_key
+from derive.mechanisms.forms import advantage, at_logits, per_key
 
 
 def score(m, i, j):
@@ -23,15 +23,9 @@ def reference(t):
     return e / total.masked_fill(total == 0, 1.0)
 
 
-def reference_logits(t):
-    """The weights from free logits t["s"] (the scores level): `reference` with q = s, k = I and c = 1."""
-    s = t["s"]
-    return reference({**t, "q": s, "k": s.new_ones(s.shape[-1]).diag(), "c": 1.0})
-
-
 MECHANISM = register(Mechanism(
     "softmax", "softmax attention", score, weight, routing=advantage, reference=reference, normalised=True,
-    reference_logits=reference_logits,
+    reference_logits=at_logits(reference),
     latex=r"w_{ij}=\frac{M_{ij}e^{s_{ij}}}{\sum_k M_{ik}e^{s_{ik}}},\ s_{ij}=c\,q_i\cdot k_j",
     routing_latex=r"\frac{\partial L}{\partial s_{ij}}=w_{ij}\big(b_{ij}-\textstyle\sum_k w_{ik}b_{ik}\big)",
     ref="the paper (scaled dot-product attention)",

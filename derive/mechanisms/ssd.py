@@ -6,7 +6,7 @@ not unrolled. The weight is linear in the logit, so dL/ds_ij = M_ij exp(G_i - G_
 no competition."""
 from derive.mechanisms import register
 from derive.mechanisms.base import Mechanism, Mutant
-from derive.mechanisms.forms import advantage, per_key
+from derive.mechanisms.forms import advantage, at_logits, per_key
 from derive.mechanisms.softmax import score
 
 
@@ -36,15 +36,9 @@ def reference(t):
     return m * (G - G.mT).exp() * s
 
 
-def reference_logits(t):
-    """The weights from free logits t["s"] (the scores level): `reference` with q = s, k = I and c = 1."""
-    s = t["s"]
-    return reference({**t, "q": s, "k": s.new_ones(s.shape[-1]).diag(), "c": 1.0})
-
-
 MECHANISM = register(Mechanism(
     "ssd", "state-space duality (Mamba-2, RetNet)", score, weight, routing=routing, reference=reference,
-    normalised=False, reference_logits=reference_logits,
+    normalised=False, reference_logits=at_logits(reference),
     latex=r"w_{ij}=M_{ij}\,e^{G_i-G_j}\,s_{ij},\ s_{ij}=c\,C_i\cdot B_j,\ G_i=\textstyle\sum_t M_{it}\ell_t",
     routing_latex=r"\frac{\partial L}{\partial s_{ij}}=M_{ij}\,e^{G_i-G_j}\,b_{ij}",
     ref="Mamba-2 (arXiv 2405.21060), RetNet (arXiv 2307.08621)",
