@@ -129,7 +129,7 @@ class FreshGroup:
 @dataclass(frozen=True)
 class MechanismGridSizes:
     """The mechanism grid (numeric.experiments.mechanism_grid, claim G1): every routing mechanism on the sticky chain
-    under sgd, em_like and sgd_repeat, on sequences of `length` symbols for `steps` full-batch steps, on `seeds` (the
+    under sgd and em_like, on sequences of `length` symbols for `steps` full-batch steps, on `seeds` (the
     same for every mechanism, at least two: intervals over seeds), `seeds_per_task` of them batched in one campaign
     task, the quadratic form in `blocks` query blocks."""
 
@@ -152,7 +152,7 @@ class MechanismGridSizes:
 
 # The mechanism grids: the full one (the sticky experiment's sizes: T = 2000, 1000 steps, the paper's five seeds),
 # trained with --extended, and the default profile's reduced one (T = 999, 500 steps, four of the paper's seeds:
-# about 5 minutes on 2 cores, see the README).
+# 2-4 minutes on 2 cores, see the README).
 MECHANISM_GRID_FULL = MechanismGridSizes(length=2000, steps=1000, seeds=PAPER_SEEDS, seeds_per_task=1, blocks=8)
 MECHANISM_GRID_REDUCED = MechanismGridSizes(length=1000, steps=500, seeds=PAPER_SEEDS[:4], seeds_per_task=1, blocks=8)
 

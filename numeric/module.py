@@ -87,7 +87,7 @@ class AttentionCore(torch.autograd.Function):
     @staticmethod
     def setup_context(ctx, inputs, output):
         q, k, v, mask, scale = inputs
-        ctx.scale, ctx.heads = validate.attention_inputs(q, k, v, mask, scale, names=QKV), None
+        ctx.scale, ctx.heads = validate.scale_value(scale, q.shape[-1]), None  # forward() checked the inputs
         ctx.save_for_backward(q, k, v, mask)
         ctx.save_for_forward(q, k, v, mask)
 

@@ -174,7 +174,7 @@ def attention_inputs(query, key, value, attn_mask=None, scale=None, *, enable_gq
         raise ValueError("attn_mask and is_causal=True were both given: pass one (is_causal is the mask "
                          "j <= i, aligned to the top left when L != S), as in scaled_dot_product_attention")
     mask(attn_mask, batch_qk + (query.shape[-2], key.shape[-2]), query.dtype, query.device, values=False)
-    c = _scale_of(scale, query.shape[-1])
+    c = scale_value(scale, query.shape[-1])
     if torch.is_tensor(c) and c.device != query.device and c.device.type != "cpu":
         raise ValueError(f"scale is a tensor on {c.device} but the inputs are on {query.device}")
     return c
@@ -197,7 +197,7 @@ class _Shape:
         self.shape = tuple(shape)
 
 
-def _scale_of(s, d_k):
+def scale_value(s, d_k):
     """scale(), except that a 0-d real tensor is kept as a tensor, detached and unread (reading it would
     sync a device or break tracing); a real dtype is required."""
     if not torch.is_tensor(s):

@@ -30,8 +30,7 @@ def test_grid_on_one_and_two_workers_is_bitwise_equal_and_resumes_from_its_cache
     again, out3 = mg.run(TINY, workers=1, cache_dir=tmp_path, **QUIET)
     assert out3.cached == 14 and out3.computed == 0 and numbers(again) == numbers(two)
     for r in one.values():
-        assert r["seeds"] == [42, 2024, 1337] and np.asarray(r["losses"]).shape == (3, 3, 4) and r["finite"]
-        assert r["identical_arms_bitwise"]  # sgd_repeat is sgd, bit for bit (each arm its own matmuls)
+        assert r["seeds"] == [42, 2024, 1337] and np.asarray(r["losses"]).shape == (2, 3, 4) and r["finite"]
 
 
 def test_a_task_is_a_pure_function_of_its_arguments():
@@ -46,12 +45,12 @@ def test_a_task_is_a_pure_function_of_its_arguments():
 
 
 def test_learning_rates_of_the_arms():
-    params = ml.init_params(TINY.sticky(), "moe", TINY.seeds, 3)
+    params = ml.init_params(TINY.sticky(), "moe", TINY.seeds, 2)
     lrs = mg.learning_rates("moe", TINY.arms, params)
-    assert lrs["W_E"].flatten().tolist() == pytest.approx([0.01, 0.1, 0.01])  # content: 10x in em_like
+    assert lrs["W_E"].flatten().tolist() == pytest.approx([0.01, 0.1])  # content: 10x in em_like
     for name in ("W_R", "W_O"):
-        assert lrs[name].flatten().tolist() == pytest.approx([0.01, 0.01, 0.01])
-    assert lrs["W_E"].shape == (3, 1, 1, 1, 1) and lrs["W_O"].shape == (3, 1, 1, 1)
+        assert lrs[name].flatten().tolist() == pytest.approx([0.01, 0.01])
+    assert lrs["W_E"].shape == (2, 1, 1, 1, 1) and lrs["W_O"].shape == (2, 1, 1, 1)
 
 
 def test_task_names_key_the_cache_by_mechanism_seeds_and_training_config():
@@ -63,7 +62,7 @@ def test_task_names_key_the_cache_by_mechanism_seeds_and_training_config():
 
 @pytest.mark.parametrize("change,match", [
     (dict(mechanisms=("softmax", "mamba")), "GridConfig.mechanisms"), (dict(steps=0), "GridConfig.steps"),
-    (dict(seeds=()), "GridConfig.seeds"), (dict(arms=("sgd", "em_like")), "GridConfig.arms")])
+    (dict(seeds=()), "GridConfig.seeds"), (dict(arms=("sgd",)), "GridConfig.arms")])
 def test_bad_grid_configs_name_the_field(change, match):
     with pytest.raises(ValueError, match=match):
         dataclasses.replace(TINY, **change).validate()

@@ -18,13 +18,11 @@ from fractions import Fraction
 
 from derive import graph, mechanisms
 from derive.claim import Identity
-from derive.mechanisms.forms import advantage
 from derive.model import Setting
 from derive.rational import RationalBackend
 
 OPTIONS = range(2, 13)
 HIGH = (0, 2, 4, 8)  # the first logit's value; 0: every logit equal
-LATEX = r"\sum_j\Big|\frac{\partial L}{\partial s_{ij}}\Big|\le 4\,(1-\max_j w_{ij})\max_j|b_{ij}|"
 
 
 def steps(mechanism: str):
@@ -132,6 +130,3 @@ def decide(mechanism: str, advantage_verdict: str, run):
                           f"left side >= {witness['lhs_at_least']} > right side <= {witness['rhs_at_most']}"}
     return {"verdict": "undecided", "witness": None, "steps": verdicts, "seconds": round(seconds, 4),
             "reason": "C9's proof does not apply to these weights and no counterexample was found in the searched families"}
-
-
-__all__ = ["LATEX", "advantage", "counterexample", "decide", "steps"]

@@ -25,7 +25,7 @@ block's differences G_i - G_j formed relative to the block's first position befo
 about -1400 at T = 2000, where float32's spacing is 1e-4). The gate and the LSTM also have the scan (`form="scan"`:
 one step per position, the recurrence as written); both give the same outputs (tests/test_mechanism_layers.py), and
 the quadratic form is the one trained: measured faster on this 2-core CPU (3 arms x 1 seed, one thread: the scan's
-step takes 1.4-1.6x as long at T = 1999, 4x at T = 499; benchmarks experiments/mechanism-step/{gate,lstm}/scan).
+step takes 1.5x as long at T = 1999, 2.3-2.5x at T = 999; benchmarks experiments/mechanism-step/{gate,lstm}/scan).
 
 The LSTM is its linear cell: c_t = f_t c_{t-1} + i_t g~_t read out directly, without the tanh on the candidate or
 the cell and without the output gate. That is the cell the derive side analyses (derive/mechanisms/lstm.py: one
@@ -117,8 +117,8 @@ def _cumulative(logs):
 
 
 def _logit(p, x, name):
-    """x_t . w per position, (A, S, T): a matmul per (arm, seed), so identical arms get identical bits (a summed
-    product over the batch vectorises rows across the arms' boundary and rounds the last rows apart)."""
+    """x_t . w per position, (A, S, T): one matmul per (arm, seed), so each run's logits do not depend on the
+    others in the batch (a summed product over the batch vectorises rows across the runs' boundaries)."""
     return (x @ p[name][..., :, None]).squeeze(-1)
 
 

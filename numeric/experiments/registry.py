@@ -134,7 +134,7 @@ register(EmpiricalClaim(
     "SSD, the LSTM's independent gates)",
     "ours: the sticky chain of E1-E3 with every routing mechanism of derive/mechanisms, the competition labels "
     "from the mechanisms table", {},
-    ("loss curves of sgd, em_like and sgd_repeat per mechanism and seed (the same seeds and data for every mechanism)",
+    ("loss curves of sgd and em_like per mechanism and seed (the same seeds and data for every mechanism)",
      "each mechanism's competition cell (proved or disproved) from the mechanisms table"),
     rules.g1, {"G1_RESAMPLES": rules.G1_RESAMPLES, "G1_LEVEL": rules.G1_LEVEL, "G1_MARGIN": rules.G1_MARGIN,
                "G1_PERM_P": rules.G1_PERM_P}))

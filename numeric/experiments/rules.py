@@ -866,8 +866,8 @@ __all__ = ["Rule", "VERDICTS", "e1", "e2", "e3", "e4", "e4_inputs", "e5", "e6", 
 # The conjecture on data (numeric.experiments.mechanism_grid): every routing mechanism trained on the sticky chain
 # under SGD and under the EM-like schedule (same task, data and seeds), and the gain compared between the mechanisms
 # whose keys compete (results.json `mechanisms`: the competition cell proved) and those whose keys do not.
-# Per mechanism the gain is E1's: the speedup (st.speedup's definition) beyond what identical arms score (sgd against
-# sgd_repeat, trained again), its interval the expanded percentile bootstrap over seeds (E1_LEVEL). Every mechanism
+# Per mechanism the gain is E1's: the speedup (st.speedup's definition) beyond what identical arms score (SGD against
+# itself, as in E1), its interval the expanded percentile bootstrap over seeds (E1_LEVEL). Every mechanism
 # trains on the same seeds, so one resample of seeds serves all of them (a paired design): the group difference
 # D = mean excess of the competing mechanisms - mean excess of the others is resampled like one statistic.
 # G1_MARGIN: the least D that counts, in speedup units (a tenth of a 1x speedup): a smaller difference has no
@@ -879,7 +879,7 @@ G1_RESAMPLES = 2000
 G1_LEVEL = 0.95
 G1_MARGIN = 0.1
 G1_PERM_P = 0.05
-G1_ARMS = ("sgd", "em_like", "sgd_repeat")
+G1_ARMS = ("sgd", "em_like")
 
 
 def _g1_passage(curves, thresholds):
@@ -918,16 +918,16 @@ def g1(curves, competition, steps, seed=0, resamples=G1_RESAMPLES, label_sets=No
     """G1 (ours): the EM-like schedule's gain follows the proved structure: mechanisms whose keys compete gain more
     than mechanisms whose keys do not.
 
-    curves: {mechanism: {"sgd", "em_like", "sgd_repeat": (seeds, steps + 1) loss curves}}, row i of every arm and
+    curves: {mechanism: {"sgd", "em_like": (seeds, steps + 1) loss curves}}, row i of every arm and
     every mechanism from the same seed (same data; same initial weights where the mechanisms share them).
     competition: {mechanism: bool}, True where the mechanism's competition cell is proved (a mechanism without a
     label is left out). label_sets: labellings to judge instead of `competition`, one per bootstrap replicate in
     turn (the shuffled-labels control passes every relabelling with the same group sizes; D is then their mean).
 
-    Per mechanism: speedup of em_like over sgd and of sgd_repeat over sgd (E1's definition), both on the same
+    Per mechanism: speedup of em_like over sgd and of sgd over itself (E1's definition), both on the same
     resampled seeds; the excess = speedup - identical-arms speedup, with its expanded percentile interval
     (st.expanded_percentiles, n seeds); a mechanism *gains* when the excess interval's lower end is > 0. A mechanism
-    whose SGD or repeat arm ends non-finite is left out (named); a diverged EM-like run never reaches the threshold.
+    whose SGD arm ends non-finite is left out (named); a diverged EM-like run never reaches the threshold.
     The test: D = mean excess (competing) - mean excess (the others) on the same resamples, its expanded percentile
     interval [D_lo, D_hi]; the exact permutation p of D among all relabelings with the same group sizes; and whether
     the intervals separate (every competing mechanism's excess interval above every other's).
@@ -960,11 +960,11 @@ def g1(curves, competition, steps, seed=0, resamples=G1_RESAMPLES, label_sets=No
     excess, excess_point = {}, {}
     for m in names:
         c = arrays[m]
-        if not (np.isfinite(c["sgd"][:, -1]).all() and np.isfinite(c["sgd_repeat"][:, -1]).all()):
+        if not np.isfinite(c["sgd"][:, -1]).all():
             measured["left_out"][m] = "the SGD arm ended non-finite (diverged): no threshold"
             continue
-        s_em, s_rep = _g1_speedups(c["sgd"], c["em_like"], steps, idx), _g1_speedups(c["sgd"], c["sgd_repeat"], steps, idx)
-        s0, b0 = (float(_g1_speedups(c["sgd"], c[a], steps, point)[0]) for a in ("em_like", "sgd_repeat"))
+        s_em, s_rep = _g1_speedups(c["sgd"], c["em_like"], steps, idx), _g1_speedups(c["sgd"], c["sgd"], steps, idx)
+        s0, b0 = (float(_g1_speedups(c["sgd"], c[a], steps, point)[0]) for a in ("em_like", "sgd"))
         lo, hi = st.expanded_percentiles(s_em, n, G1_LEVEL)
         xlo, xhi = st.expanded_percentiles(s_em - s_rep, n, G1_LEVEL)
         excess[m], excess_point[m] = s_em - s_rep, s0 - b0
@@ -1030,18 +1030,18 @@ def g1_synthetic(seed=0, seeds=5, steps=100, competing=("softmax", "linear", "ga
                  others=("sigmoid", "ssd", "lstm")):
     """The positive control's measurement: every mechanism's SGD curves (each seed its own floor), the competing
     mechanisms' EM-like arm approaching the floor faster (speedup ~2.2), the others' EM-like arm SGD's own curves
-    (no gain); sgd_repeat = sgd. Returns the keyword arguments of g1."""
+    (no gain). Returns the keyword arguments of g1."""
     rng = np.random.default_rng(seed)
     curves = {}
     for m in competing + others:
         sgd, em = _paired_curves(seeds, steps, 40.0, 15.0, rng)
-        curves[m] = {"sgd": sgd, "em_like": em if m in competing else sgd.copy(), "sgd_repeat": sgd.copy()}
+        curves[m] = {"sgd": sgd, "em_like": em if m in competing else sgd.copy()}
     return {"curves": curves, "competition": {m: m in competing for m in curves}, "steps": steps}
 
 
 def g1_identical_arms(k):
-    """G1's control input: identical arms for every mechanism (EM-like replaced by the repeated SGD run)."""
-    return {**k, "curves": {m: {**c, "em_like": c["sgd_repeat"]} for m, c in k["curves"].items()}}
+    """G1's control input: identical arms for every mechanism (EM-like replaced by the SGD run)."""
+    return {**k, "curves": {m: {**c, "em_like": c["sgd"].copy()} for m, c in k["curves"].items()}}
 
 
 def g1_shuffled_labels(k):
@@ -1068,7 +1068,7 @@ G1_CONTROLS = {cid: (lambda cid=cid: g1_controls(g1_synthetic())[cid][1]) for ci
 G1_EXPECTED = {"G1/identical-arms": "not-reproduced", "G1/labels-shuffled": "not-reproduced",
                "G1/structured-gain": "reproduced"}
 G1_CONSTRUCTIONS = {
-    "G1/identical-arms": "every mechanism's EM-like arm replaced by its sgd_repeat run (identical arms; derived)",
+    "G1/identical-arms": "every mechanism's EM-like arm replaced by its SGD run (identical arms; derived)",
     "G1/labels-shuffled": "the competition labels replaced by every relabelling with the same group sizes, one per "
                           "bootstrap replicate in turn (derived)",
     "G1/structured-gain": "constructed curves, as many seeds as the run: the competing mechanisms' EM-like arm ~2.2x "
