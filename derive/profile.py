@@ -85,8 +85,9 @@ class DeriveSizes:
 @dataclass(frozen=True)
 class NumericSizes:
     """The numeric stage: random API cases, random draws per identity shape, the benchmark profile,
-    random identities fuzzed through every proof path (and the budget of each), fuzzing processes
-    (0: one per CPU), and the paired blocks timing the watcher's overhead on each of its setups."""
+    random identities fuzzed through every proof path (and the budget of each), the fuzzer's Dask workers
+    (0: a local cluster with one per CPU; 1: in this process, no cluster), and the paired blocks timing the
+    watcher's overhead on each of its setups."""
 
     api_cases: int
     identity_draws: int

@@ -9,7 +9,9 @@ task order: the same whatever the number of workers or the order in which they f
 By default the campaign starts an in-process `LocalCluster` sized to the machine (one thread per
 worker) and stops it at the end; `scheduler="tcp://host:8786"` uses a running cluster instead (any Dask
 deployment: `dask scheduler` + `dask worker`, Kubernetes, SLURM via dask-jobqueue). Workers need this
-package and its dependencies installed (the same versions), nothing else.
+package and its dependencies installed (the same versions), nothing else. `workers=0` runs the tasks one
+after another in the calling process, without Dask (tiny campaigns, debugging, profiling), with the same
+cache, retry and result order.
 """
 from __future__ import annotations
 
@@ -55,17 +57,18 @@ class CampaignError(RuntimeError):
     """A campaign that cannot run at all (an unreachable scheduler, a bad worker count)."""
 
 
-def worker_count(workers=None) -> int:
-    """The local cluster's size: `workers`, or one per CPU."""
+def worker_count(workers=None, inline=False) -> int:
+    """The local cluster's size: `workers`, or one per CPU; with `inline`, 0 (in this process) is accepted too."""
     n = workers if workers is not None else (os.cpu_count() or 1)
-    if not isinstance(n, int) or isinstance(n, bool) or n < 1:
-        raise CampaignError(f"--workers must be a positive integer, got {workers!r}")
+    if not isinstance(n, int) or isinstance(n, bool) or n < (0 if inline else 1):
+        raise CampaignError(f"--workers must be a {'non-negative' if inline else 'positive'} integer, got {workers!r}")
     return n
 
 
 def run(tasks, *, scheduler=None, workers=None, cache_dir=None, log=print, retries=1, label="campaign",
-        connect_timeout_s=20) -> Outcome:
-    """Run `tasks` (a list of Task) on Dask; see the module docstring."""
+        connect_timeout_s=20, on_result=None) -> Outcome:
+    """Run `tasks` (a list of Task) on Dask; see the module docstring. `on_result(index, result)` is called as
+    each task's result arrives (from the cache first), in the order they finish."""
     tasks = list(tasks)
     names = [t.name for t in tasks]
     if len(set(names)) != len(names):
@@ -73,10 +76,13 @@ def run(tasks, *, scheduler=None, workers=None, cache_dir=None, log=print, retri
     cache = Path(cache_dir) if cache_dir else None
     results = [None] * len(tasks)
     todo = []
+    inline = scheduler is None and worker_count(workers, inline=True) == 0
     for index, task in enumerate(tasks):
         hit = _read(cache, task)
         if hit is not None:
             results[index] = hit["result"]
+            if on_result:
+                on_result(index, results[index])
         else:
             todo.append(index)
     t0 = time.perf_counter()
@@ -86,37 +92,78 @@ def run(tasks, *, scheduler=None, workers=None, cache_dir=None, log=print, retri
     if not todo:
         out.seconds = round(time.perf_counter() - t0, 3)
         return out
+    if inline:
+        out.scheduler = "in this process"
+        _inline(tasks, todo, out, cache, log, retries, label, t0, on_result)
+        out.seconds = round(time.perf_counter() - t0, 3)
+        return out
     with _client(scheduler, workers, connect_timeout_s) as client:
         out.workers = len(client.scheduler_info().get("workers", {}))
         out.scheduler = scheduler or "local"
-        _gather(client, tasks, todo, out, cache, log, retries, label, t0)
+        _gather(client, tasks, todo, out, cache, log, retries, label, t0, on_result)
     out.seconds = round(time.perf_counter() - t0, 3)
     return out
 
 
-def _gather(client, tasks, todo, out, cache, log, retries, label, t0):
+def _gather(client, tasks, todo, out, cache, log, retries, label, t0, on_result):
     from distributed import as_completed
 
     futures = {client.submit(tasks[i].fn, *tasks[i].args, key=f"{label}-{tasks[i].key}", pure=False,
                              retries=retries): i for i in todo}
-    done, every = 0, max(1, len(todo) // 20)
+    progress = _Progress(len(todo), label, log, t0)
     for future in as_completed(futures):
         index = futures[future]
-        task = tasks[index]
         if future.status == "error":
             exc = future.exception()
-            out.failed[task.name] = f"{type(exc).__name__}: {exc}"[:500]
-            log(f"  {label}: task {task.name} failed after {retries + 1} attempts: {out.failed[task.name]}")
+            _failed(out, tasks[index], exc, retries, label, log)
         else:
-            out.results[index] = future.result()
-            _write(cache, task, out.results[index])
-            out.computed += 1
-        done += 1
+            _finished(out, cache, tasks, index, future.result(), on_result)
         future.release()
-        if done % every == 0 or done == len(todo):
-            elapsed = time.perf_counter() - t0
-            eta = elapsed / done * (len(todo) - done)
-            log(f"  {label}: {done}/{len(todo)} tasks done, {elapsed:.1f} s elapsed, about {eta:.0f} s left")
+        progress.step()
+
+
+def _inline(tasks, todo, out, cache, log, retries, label, t0, on_result):
+    """The tasks one after another in this process: the same cache, retries and failures as on Dask."""
+    progress = _Progress(len(todo), label, log, t0)
+    for index in todo:
+        for attempt in range(retries + 1):
+            try:
+                result = tasks[index].fn(*tasks[index].args)
+            except Exception as exc:  # noqa: BLE001 (a task's failure is recorded, as Dask records it)
+                if attempt == retries:
+                    _failed(out, tasks[index], exc, retries, label, log)
+                continue
+            _finished(out, cache, tasks, index, result, on_result)
+            break
+        progress.step()
+
+
+def _finished(out, cache, tasks, index, result, on_result):
+    out.results[index] = result
+    _write(cache, tasks[index], result)
+    out.computed += 1
+    if on_result:
+        on_result(index, result)
+
+
+def _failed(out, task, exc, retries, label, log):
+    out.failed[task.name] = f"{type(exc).__name__}: {exc}"[:500]
+    log(f"  {label}: task {task.name} failed after {retries + 1} attempts: {out.failed[task.name]}")
+
+
+class _Progress:
+    """Tasks done / total, elapsed and an estimate of what is left, about 20 times a campaign (and at its end)."""
+
+    def __init__(self, total, label, log, t0):
+        self.total, self.label, self.log, self.t0, self.done = total, label, log, t0, 0
+        self.every = max(1, total // 20)
+
+    def step(self):
+        self.done += 1
+        if self.done % self.every == 0 or self.done == self.total:
+            elapsed = time.perf_counter() - self.t0
+            eta = elapsed / self.done * (self.total - self.done)
+            self.log(f"  {self.label}: {self.done}/{self.total} tasks done, {elapsed:.1f} s elapsed, about {eta:.0f} s left")
 
 
 class _client:
@@ -137,7 +184,7 @@ class _client:
                 self.client = Client(self.scheduler, timeout=f"{self.timeout_s}s")
             else:
                 self.cluster = LocalCluster(n_workers=worker_count(self.workers), threads_per_worker=1, processes=True,
-                                            dashboard_address=None, silence_logs=logging.ERROR)
+                                            dashboard_address=":0", silence_logs=logging.ERROR)
                 self.client = Client(self.cluster)
         except OSError as exc:
             self.__exit__(None, None, None)
@@ -190,4 +237,5 @@ def add_arguments(parser):
     parser.add_argument("--scheduler", default=None, metavar="ADDRESS",
                         help="a running Dask scheduler (tcp://host:8786); default: a local cluster started here")
     parser.add_argument("--workers", type=int, default=None, metavar="N",
-                        help="workers of the local cluster (default: one per CPU; ignored with --scheduler)")
+                        help="workers of the local cluster (default: one per CPU; 0: run the tasks in this process, "
+                             "without Dask; ignored with --scheduler)")

@@ -1,13 +1,18 @@
 """The claim fuzzer's runner: random claims (derive.fuzz) through every proof path, labelled by the float64
 oracle (numeric.oracle); summaries and the command line.
 
-    python -m numeric.fuzz [--n N] [--seed S] [--paths general,fixed,rational] [--out FILE] [--jobs J] [--budget S]
+    python -m numeric.fuzz [--n N] [--seed S] [--paths general,fixed,rational] [--out FILE] [--budget S]
+                           [--workers N | --scheduler ADDRESS] [--cache DIR] [--chunk K]
+
+A campaign on Dask (numeric.campaign): tasks of CHUNK claims each, on a local cluster started here (one worker per
+CPU; --workers 0 runs them in this process) or on a running cluster (--scheduler tcp://host:8786); with --cache
+an interrupted campaign resumes. Exit status 1 on a false verdict or a task that failed twice, 2 on bad usage.
 """
 from __future__ import annotations
 
 import argparse
 import json
-import os
+import sys
 import time
 
 from derive.fuzz.generate import generate_one
@@ -91,26 +96,31 @@ def run_one(claim, paths, seed, budget_s=BUDGET_S):
     return row
 
 
-def _work(job):
-    seed, index, paths, budget_s = job
-    return run_one(generate_one(seed, index), paths, seed, budget_s)
+CHUNK = 10  # claims per campaign task: a task's few seconds outweigh its scheduling (~10 ms a round trip)
 
 
-def _rows(n, seed, paths, jobs, budget_s):
-    work = [(seed, i, tuple(paths), budget_s) for i in range(n)]
-    if jobs <= 1:
-        yield from map(_work, work)
-        return
-    import multiprocessing
-
-    with multiprocessing.get_context("spawn").Pool(jobs, initializer=_quiet_worker) as pool:
-        yield from pool.imap_unordered(_work, work, chunksize=1)
-
-
-def _quiet_worker():
+def fuzz_chunk(seed, start, stop, paths, budget_s):
+    """A campaign task: claims start..stop-1 of the seed's stream through `paths`, as rows. Pure: a claim is a
+    function of (seed, index), its oracle draws and path options of the seed and the index (torch on one thread
+    here, the caller's setting restored after)."""
     import torch
 
-    torch.set_num_threads(1)  # one thread per worker: the pool's workers share the cores
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)
+    try:
+        return [run_one(generate_one(seed, i), tuple(paths), seed, budget_s) for i in range(start, stop)]
+    finally:
+        torch.set_num_threads(threads)
+
+
+def tasks(n, seed, paths, budget_s, chunk=CHUNK):
+    """The campaign's tasks, named by everything their rows depend on (the cache key)."""
+    from derive import __version__
+    from numeric import campaign
+
+    tag = f"paths={'+'.join(paths)}/budget={budget_s:g}/v{__version__}"
+    return [campaign.Task(f"fuzz/seed={seed}/claims={lo}-{min(lo + chunk, n) - 1}/{tag}", fuzz_chunk,
+                          (seed, lo, min(lo + chunk, n), tuple(paths), budget_s)) for lo in range(0, n, chunk)]
 
 
 def summarise(rows, paths, seconds):
@@ -230,20 +240,37 @@ def _false_verdict(row, case, path):
             "description": f"{row['description']}: {row['claim']}", "measured": res["measured"]}
 
 
-def run(n=2000, seed=0, paths=PATHS, jobs=1, log=print, budget_s=BUDGET_S):
-    """Generate n claims, label them, run the paths; returns the summary dict (see `summarise`)."""
+def run(n=2000, seed=0, paths=PATHS, workers=None, log=print, budget_s=BUDGET_S, scheduler=None, cache_dir=None,
+        chunk=CHUNK, jobs=None):
+    """Generate n claims, label them, run the paths, as a Dask campaign (numeric.campaign: a local cluster of
+    `workers`, one per CPU by default; `workers=0` in this process; `scheduler` a running cluster; `cache_dir`
+    resumes an interrupted run). Returns the summary dict (see `summarise`); a chunk that failed twice is named in
+    summary["failed_tasks"] and its claims are missing from the counts. `jobs` is the older name of `workers`."""
+    from numeric import campaign
+
     paths = tuple(paths)
     unknown = [p for p in paths if p not in PATHS]
     if unknown:
         raise ValueError(f"unknown proof path(s) {unknown}; expected some of {PATHS}")
-    t0, rows = time.perf_counter(), []
-    for row in _rows(n, seed, paths, jobs, budget_s):
-        rows.append(row)
-        if len(rows) % PROGRESS_EVERY == 0 or len(rows) == n:
-            _progress(rows, n, paths, time.perf_counter() - t0, log)
-    rows.sort(key=lambda r: r["index"])
+    if not isinstance(n, int) or n < 1 or not isinstance(chunk, int) or chunk < 1:
+        raise ValueError(f"n and chunk must be positive integers, got n={n!r}, chunk={chunk!r}")
+    workers = jobs if workers is None else workers
+    t0, seen = time.perf_counter(), []
+
+    def arrived(_index, rows):
+        before = len(seen)
+        seen.extend(rows)
+        if len(seen) // PROGRESS_EVERY > before // PROGRESS_EVERY or len(seen) == n:
+            _progress(seen, n, paths, time.perf_counter() - t0, log)
+
+    outcome = campaign.run(tasks(n, seed, paths, budget_s, chunk), scheduler=scheduler, workers=workers,
+                           cache_dir=cache_dir, log=log, label="fuzz", on_result=arrived)
+    rows = sorted((row for part in outcome.results if part for row in part), key=lambda r: r["index"])
     summary = summarise(rows, paths, time.perf_counter() - t0)
-    summary.update(seed=seed, selected_paths=list(paths), jobs=jobs, fixed_grid=list(FIXED_GRID), budget_s=budget_s, rows=rows)
+    summary.update(seed=seed, selected_paths=list(paths), workers=outcome.workers, scheduler=outcome.scheduler,
+                   tasks={"total": len(outcome.results), "computed": outcome.computed, "cached": outcome.cached,
+                          "chunk": chunk},
+                   failed_tasks=outcome.failed, fixed_grid=list(FIXED_GRID), budget_s=budget_s, rows=rows)
     return summary
 
 
@@ -279,6 +306,8 @@ def report(summary, log=print):
                               f"{_pct(s['false_decided_rate'])}] {s['false_verdicts']}"
                               for p, s in m["paths"].items() if p in paths)
             log(f"  {name:8s} {m['claims']:5d} ({m['true']:4d})  {cells}")
+    for name, why in summary.get("failed_tasks", {}).items():
+        log(f"FAILED TASK {name} (its claims are not counted): {why}")
     for v in summary["false_verdicts"]:
         log(f"FALSE VERDICT {v['path']} {v['verdict']} a {v['truth']} identity ({'masked' if v['masked'] else 'unmasked'}, "
             f"gap {v['gap']:.2g}): {v['claim']} {v['description'][:400]}")
@@ -293,23 +322,38 @@ def _pct(x):
 
 
 def main(argv=None):
+    from numeric import campaign
+
     ap = argparse.ArgumentParser(prog="python -m numeric.fuzz", description=__doc__.splitlines()[0])
     ap.add_argument("--n", type=int, default=2000, help="number of claims (default 2000)")
     ap.add_argument("--seed", type=int, default=0)
     ap.add_argument("--paths", default=",".join(PATHS), help="comma-separated subset of " + ",".join(PATHS))
     ap.add_argument("--out", help="write the summary (and every claim's outcomes) as JSON here")
-    ap.add_argument("--jobs", type=int, default=os.cpu_count() or 1, help="worker processes (default: one per CPU)")
     ap.add_argument("--budget", type=float, default=BUDGET_S, help=f"seconds per path per claim (default {BUDGET_S:g}; over it: undecided)")
+    ap.add_argument("--chunk", type=int, default=CHUNK, help=f"claims per Dask task (default {CHUNK})")
+    ap.add_argument("--cache", default=None, metavar="DIR",
+                    help="keep each finished task's rows here: an interrupted campaign resumes from them")
+    campaign.add_arguments(ap)
+    ap.add_argument("--jobs", type=int, dest="workers", help=argparse.SUPPRESS)  # the older name of --workers
     args = ap.parse_args(argv)
     paths = [p for p in args.paths.split(",") if p]
-    if args.n < 1 or args.jobs < 1 or any(p not in PATHS for p in paths) or not paths:
-        ap.error(f"--n and --jobs must be >= 1 and --paths a subset of {','.join(PATHS)}")
-    summary = run(args.n, args.seed, paths, args.jobs, budget_s=args.budget)
+    if args.n < 1 or args.chunk < 1 or any(p not in PATHS for p in paths) or not paths:
+        ap.error(f"--n and --chunk must be >= 1 and --paths a subset of {','.join(PATHS)}")
+    if args.workers is not None and args.workers < 0:
+        ap.error("--workers must be >= 0 (0: in this process)")
+    if not args.budget > 0:
+        ap.error("--budget must be a positive number of seconds")
+    try:
+        summary = run(args.n, args.seed, paths, args.workers, budget_s=args.budget, scheduler=args.scheduler,
+                      cache_dir=args.cache, chunk=args.chunk)
+    except campaign.CampaignError as exc:
+        print(f"python -m numeric.fuzz: {exc}", file=sys.stderr)
+        return 2
     report(summary)
     if args.out:
         with open(args.out, "w") as fh:
             json.dump(summary, fh, indent=1)
-    return 1 if summary["false_verdicts"] else 0
+    return 1 if summary["false_verdicts"] or summary["failed_tasks"] else 0
 
 
 if __name__ == "__main__":

@@ -30,7 +30,7 @@ def test_generation_is_deterministic_and_well_formed():
 
 def test_quick_run_has_no_false_verdict():
     t0 = time.perf_counter()
-    summary = runner.run(n=12, seed=0, paths=runner.PATHS, jobs=1, log=lambda line: None, budget_s=5.0)
+    summary = runner.run(n=12, seed=0, paths=runner.PATHS, workers=0, log=lambda line: None, budget_s=5.0)
     seconds = time.perf_counter() - t0
     assert summary["false_verdicts"] == [], json.dumps(summary["false_verdicts"], indent=1)
     assert summary["cases_true"] > 0 and summary["cases_false"] > 0, summary
@@ -43,7 +43,7 @@ def test_quick_run_has_no_false_verdict():
 
 def test_cli_writes_json_and_exit_status(tmp_path):
     out = tmp_path / "fuzz.json"
-    assert runner.main(["--n", "2", "--jobs", "1", "--paths", "general", "--out", str(out)]) == 0
+    assert runner.main(["--n", "2", "--workers", "0", "--paths", "general", "--out", str(out)]) == 0
     written = json.loads(out.read_text())
     assert written["claims"] == 2 and list(written["paths"]) == ["general"]
 
@@ -56,7 +56,7 @@ def test_a_path_that_proves_everything_is_caught(monkeypatch, tmp_path):
 
     monkeypatch.setattr("derive.prove.run_path", lambda *args, **kwargs: Proved())
     out = tmp_path / "fuzz.json"
-    assert runner.main(["--n", "6", "--jobs", "1", "--paths", "general", "--out", str(out)]) == 1
+    assert runner.main(["--n", "6", "--workers", "0", "--paths", "general", "--out", str(out)]) == 1
     verdicts = json.loads(out.read_text())["false_verdicts"]
     assert verdicts and all(v["verdict"] == "proved" and v["truth"] == "false" for v in verdicts)
 
@@ -68,7 +68,7 @@ def test_fuzzer_command_line_runs_as_a_module(tmp_path):
     from pathlib import Path
 
     out = tmp_path / "fuzz.json"
-    p = subprocess.run([sys.executable, "-m", "numeric.fuzz", "--n", "2", "--jobs", "1", "--paths", "general",
+    p = subprocess.run([sys.executable, "-m", "numeric.fuzz", "--n", "2", "--workers", "0", "--paths", "general",
                         "--out", str(out)], cwd=Path(__file__).resolve().parents[1], capture_output=True, text=True,
                        timeout=300)
     assert p.returncode == 0, p.stderr[-2000:]
@@ -211,9 +211,63 @@ def test_the_summary_has_decision_rates_per_mechanism(monkeypatch):
         status, seconds, measured = "undecided", 0.0, "fake path"
 
     monkeypatch.setattr("derive.prove.run_path", lambda *args, **kwargs: Undecided())
-    summary = runner.run(n=10, seed=0, paths=("general",), jobs=1, log=lambda line: None)
+    summary = runner.run(n=10, seed=0, paths=("general",), workers=0, log=lambda line: None)
     assert list(summary["mechanisms"]) == MECHANISMS
     for m in summary["mechanisms"].values():
         assert m["claims"] >= 1 and m["cases"] == 2 * m["claims"]
         assert m["paths"]["general"]["undecided"] == m["cases"] and m["paths"]["general"]["false_verdicts"] == 0
         assert m["paths"]["general"]["decided_rate"] in (0.0, None)
+
+
+# -- the fuzzer as a Dask campaign ---------------------------------------------------------------------------------
+def _rows_without_times(summary):
+    """Every claim's outcomes with the measured times (the only thing that may differ between runs) removed."""
+    drop = {"seconds", "cpu_seconds", "oracle_cpu_seconds"}
+    strip = lambda d: {k: strip(v) if isinstance(v, dict) else ([strip(x) if isinstance(x, dict) else x for x in v]  # noqa: E731
+                                                               if isinstance(v, list) else v)
+                       for k, v in d.items() if k not in drop}
+    return [strip(r) for r in summary["rows"]]
+
+
+@pytest.mark.slow
+def test_one_and_two_dask_workers_give_the_same_outcomes():
+    """The fuzzer's tasks are pure: on 1 and on 2 local workers (and in this process) every claim's labels and
+    verdicts are the same, in the same order."""
+    kw = dict(n=8, seed=3, paths=("general",), log=lambda line: None, budget_s=5.0, chunk=3)
+    one, two, here = runner.run(workers=1, **kw), runner.run(workers=2, **kw), runner.run(workers=0, **kw)
+    assert (one["workers"], two["workers"]) == (1, 2) and one["tasks"]["total"] == 3
+    assert _rows_without_times(one) == _rows_without_times(two) == _rows_without_times(here)
+    assert [r["index"] for r in one["rows"]] == list(range(8)) and not one["failed_tasks"]
+
+
+def test_an_interrupted_fuzz_campaign_resumes_from_its_cache(tmp_path, monkeypatch):
+    """--cache: finished chunks are read back, not recomputed; a chunk that raises twice is a named failure and
+    fails the run (exit 1), its claims not counted."""
+    kw = dict(seed=0, paths=("general",), workers=0, log=lambda line: None, budget_s=5.0, chunk=2, cache_dir=tmp_path)
+    first = runner.run(n=4, **kw)
+    assert first["tasks"] == {"total": 2, "computed": 2, "cached": 0, "chunk": 2}
+    calls = []
+    real = runner.run_one
+    monkeypatch.setattr(runner, "run_one", lambda *a, **k: calls.append(a[0].index) or real(*a, **k))
+    resumed = runner.run(n=6, **kw)
+    assert resumed["tasks"]["cached"] == 2 and sorted(calls) == [4, 5]  # only the new chunk ran
+    assert _rows_without_times(resumed)[:4] == _rows_without_times(first)
+
+    def broken(claim, *a, **k):
+        if claim.index == 7:
+            raise RuntimeError("a planted failure")
+        return real(claim, *a, **k)
+
+    monkeypatch.setattr(runner, "run_one", broken)
+    out = runner.run(n=8, **kw)
+    assert list(out["failed_tasks"]) and "planted failure" in next(iter(out["failed_tasks"].values()))
+    assert out["claims"] == 6 and out["tasks"]["cached"] == 3
+
+
+def test_bad_campaign_options_exit_2(capsys):
+    for argv in (["--workers", "-1"], ["--chunk", "0"], ["--budget", "0"]):
+        with pytest.raises(SystemExit) as e:
+            runner.main(["--n", "2", *argv])
+        assert e.value.code == 2
+    assert runner.main(["--n", "1", "--paths", "general", "--scheduler", "tcp://127.0.0.1:1"]) == 2
+    assert "cannot reach the Dask scheduler" in capsys.readouterr().err

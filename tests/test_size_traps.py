@@ -240,6 +240,6 @@ def test_fuzz_counts_holds_against_the_sizes_it_covers(monkeypatch, tmp_path):
 
     monkeypatch.setattr("derive.prove.run_path", lambda *args, **kwargs: Holds())
     out = tmp_path / "fuzz.json"
-    assert runner.main(["--n", "6", "--jobs", "1", "--paths", "fixed", "--out", str(out)]) == 1
+    assert runner.main(["--n", "6", "--workers", "0", "--paths", "fixed", "--out", str(out)]) == 1
     verdicts = json.loads(out.read_text())["false_verdicts"]
     assert verdicts and all(v["verdict"] == "holds" and v["truth"] == "false" for v in verdicts)

@@ -47,6 +47,7 @@ from numeric.experiments.config import positive_ints
 ARMS = {"sgd": (0.01, 0.01), "em_like": (0.01, 0.1)}
 LABEL = "mechanism-grid"
 CURVE_POINTS = 101  # points of each arm's mean loss curve kept in results.json
+RESULT = "r2"  # what a task returns, named in its cache key (r2: E4's frame and content distances)
 
 
 @dataclass(frozen=True)
@@ -60,11 +61,12 @@ class GridConfig:
     seeds: tuple = sticky.PAPER_SEEDS
     seeds_per_task: int = 1
     blocks: int = 8  # query blocks of the quadratic form (mechanism_layers.query_blocks)
+    checkpoints: int = 11  # E4's frame and content snapshots, evenly spaced from step 0 to the last
     arms: tuple = tuple(ARMS)
     base: sticky.StickyConfig = sticky.StickyConfig()
 
     def validate(self):
-        positive_ints(self, "length", "steps", "seeds_per_task", "blocks")
+        positive_ints(self, "length", "steps", "seeds_per_task", "blocks", "checkpoints")
         if self.length < 3:
             raise ValueError(f"GridConfig.length must be >= 3, got {self.length}")
         unknown = [m for m in self.mechanisms if m not in ml.MECHANISMS]
@@ -92,7 +94,7 @@ class GridConfig:
         from derive import __version__
 
         fields = {k: v for k, v in dataclasses.asdict(self).items() if k not in ("mechanisms", "seeds", "seeds_per_task")}
-        blob = json.dumps({"cfg": repr(fields), "lrs": ARMS, "version": __version__}, sort_keys=True)
+        blob = json.dumps({"cfg": repr(fields), "lrs": ARMS, "version": __version__, "result": RESULT}, sort_keys=True)
         return hashlib.sha256(blob.encode()).hexdigest()[:12]
 
 
@@ -157,8 +159,16 @@ def _train(cfg, mechanism, seeds):
     lrs = learning_rates(mechanism, cfg.arms, params)
     leaves = list(params.values())
     curve = []
+    marks = checkpoints(cfg.steps, cfg.checkpoints)
+    rows = [int(r) for r in torch.linspace(0, T - 1, min(scfg.tracked_rows, T)).round().long()]
+    snaps = []
     t0 = time.perf_counter()
-    for _ in range(cfg.steps):
+    for step in range(cfg.steps + 1):
+        if step in marks:  # the frame (weights at the tracked rows) and the content, outside the timed loop's work
+            snaps.append((ml.tracked_weights(mechanism, params, data.x, rows).double(),
+                          torch.cat([params[n].detach().double().flatten(2) for n in ml.CONTENT[mechanism]], -1)))
+        if step == cfg.steps:
+            break
         loss = ml.losses(mechanism, params, data.x, data.y, blocks=blocks)
         grads = torch.autograd.grad(loss.sum(), leaves)
         with torch.no_grad():
@@ -182,8 +192,24 @@ def _train(cfg, mechanism, seeds):
         "bayes": _metrics(bayes[None], data.y)["loss"][0], "bayes_entropy": _metrics(bayes[None], data.y)["entropy"][0],
         "bayes_heldout": _metrics(bayes_held[None], held.y)["loss"][0],
         "finite": bool(torch.isfinite(losses).all()),
+        "frame": {"steps": marks, "routing": _to_final([w for w, _ in snaps]), "content": _to_final([c for _, c in snaps]),
+                  "tracked_rows": rows},
         "timing": {"loop_seconds": loop, "step_seconds": loop / max(cfg.steps, 1)},
     }
+
+
+def checkpoints(steps, n):
+    """n steps evenly spaced from 0 to `steps` (both included), distinct."""
+    return sorted({round(steps * c / (n - 1)) for c in range(n)}) if n > 1 else [steps]
+
+
+def _to_final(snaps):
+    """Per checkpoint, each run's relative distance to its last snapshot: ||x_c - x_final|| / ||x_final||, as
+    [arm][seed][checkpoint] lists."""
+    final = snaps[-1]
+    scale = final.flatten(2).norm(dim=-1).clamp_min(1e-300)
+    d = torch.stack([(x - final).flatten(2).norm(dim=-1) / scale for x in snaps], -1)  # (A, S, C)
+    return d.tolist()
 
 
 # -- the campaign -------------------------------------------------------------------------------------------------
@@ -221,6 +247,9 @@ def merge(parts):
                      for k in parts[0][part]}
     for k in ("bayes", "bayes_entropy", "bayes_heldout"):
         out[k] = [x for p in parts for x in p[k]]
+    out["frame"] = {"steps": parts[0]["frame"]["steps"], "tracked_rows": parts[0]["frame"]["tracked_rows"],
+                    **{k: [[row for p in parts for row in p["frame"][k][a]] for a in range(len(out["arms"]))]
+                       for k in ("routing", "content")}}
     out["finite"] = all(p["finite"] for p in parts)
     out["step_seconds"] = [p["timing"]["step_seconds"] for p in parts]
     return out
@@ -256,10 +285,29 @@ def summarise(cfg, merged):
             arms[arm].update({f"{k}_per_seed": [float(x) for x in v] for k, v in per.items()})
             arms[arm]["final_loss_ci95"] = st.mean_ci(final)[1]
             arms[arm]["curve"] = st.curve(L, CURVE_POINTS)
-        out[m] = {"seeds": r["seeds"], "arms": arms, "h_min": h_min, "bayes_loss": _mean(bayes),
+        e4 = frame_rule(r)
+        out[m] = {"seeds": r["seeds"], "arms": arms, "h_min": h_min,
+                  "frame_precision": {"verdict": e4.verdict, "reason": e4.reason, "measured": e4.measured,
+                                      "steps": r["frame"]["steps"],
+                                      "routing_to_final": {a: np.mean(r["frame"]["routing"][i], 0).tolist()
+                                                           for i, a in enumerate(r["arms"])},
+                                      "content_to_final": {a: np.mean(r["frame"]["content"][i], 0).tolist()
+                                                           for i, a in enumerate(r["arms"])}}, "bayes_loss": _mean(bayes),
                   "bayes_heldout_loss": _mean(bayes_held), "finite": r["finite"],
                   "step_seconds_per_task": r["step_seconds"]}
     return out
+
+
+def frame_rule(merged_one):
+    """E4's rule (numeric.experiments.rules.e4) on one mechanism's runs: per arm, the seed-mean relative distance
+    of its routing weights at the tracked rows (the frame) and of its content parameters to their final state.
+    The frame distance is the relative Frobenius change of the weights, defined for every mechanism (normalised or
+    not); for softmax E4 itself reads the Jensen-Shannon distance, on the same linear scale."""
+    from numeric.experiments import rules
+
+    f = merged_one["frame"]
+    return rules.e4({a: {"steps": f["steps"], "attention": np.mean(f["routing"][i], 0).tolist(),
+                         "values": np.mean(f["content"][i], 0).tolist()} for i, a in enumerate(merged_one["arms"])})
 
 
 def _mean(v):
@@ -346,7 +394,7 @@ def from_sizes(sizes):
 def table(summary, rule_measured=None):
     """Plain-text table: per mechanism the final loss of each arm, the speedup and its interval."""
     lines = [f"{'mechanism':10} {'compete':8} {'sgd':>7} {'em_like':>8} {'speedup':>8}  "
-             f"{'95% CI':>13} {'excess CI':>15} {'H-Hmin em':>9} {'heldout em':>10}"]
+             f"{'95% CI':>13} {'excess CI':>15} {'H-Hmin em':>9} {'heldout em':>10}  E4 (frame first)"]
     per = (rule_measured or {}).get("mechanisms", {})
     for m, s in summary.items():
         if s.get("failed"):
@@ -357,7 +405,7 @@ def table(summary, rule_measured=None):
         lines.append(f"{m:10} {str(r.get('competition', '?')):8} {a['sgd']['final_loss']:7.4f} {a['em_like']['final_loss']:8.4f} "
                      f"{r.get('speedup', math.nan):8.2f}  [{ci[0]:5.2f}, {ci[1]:5.2f}] "
                      f"[{xci[0]:+6.2f}, {xci[1]:+6.2f}] {a['em_like']['final_entropy'] - s['h_min']:9.4f} "
-                     f"{a['em_like']['heldout_loss']:10.4f}")
+                     f"{a['em_like']['heldout_loss']:10.4f}  {s.get('frame_precision', {}).get('verdict', '?')}")
     return "\n".join(lines)
 
 

@@ -273,6 +273,22 @@ def probabilities(mechanism, p, x, mask=None, form="quadratic", blocks=None):
     return (mix(mechanism, p, x, mask, form, blocks) @ p["W_O"]).softmax(-1)
 
 
+# -- the frame (E4 per mechanism) ----------------------------------------------------------------------------
+def tracked_weights(mechanism, p, x, rows):
+    """The weights the layer mixes with at query positions `rows`, flattened: (A, S, sum_r (r + 1)) for the
+    mechanisms over keys (row r's weights over keys 0..r, the cells' unrolled weights included), (A, S, R * E) for
+    the mixture of experts (the gates of each tracked token). The routing "frame" of E4, for every mechanism."""
+    with torch.no_grad():
+        if mechanism == "moe":
+            _, _, g = router(p, x)
+            return g[..., list(rows), :].flatten(-2)
+        if mechanism not in QUADRATIC:
+            raise ValueError(f"unknown mechanism {mechanism!r}; choose from {MECHANISMS}")
+        pre = _prepare(mechanism, p, x)
+        one = torch.ones(1, 1, dtype=torch.bool, device=x.device)
+        return torch.cat([_block(mechanism, pre, r, r + 1, one.expand(1, r + 1)).flatten(-2) for r in rows], -1)
+
+
 # -- the mechanism's weights with the reference's inputs (for the tests) -----------------------------------------
 def weights(mechanism, p, x, mask):
     """{"w": the layer's weights (the training code's, one query block: the dense form), "reference": the inputs of
