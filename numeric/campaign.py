@@ -66,9 +66,10 @@ def worker_count(workers=None, inline=False) -> int:
 
 
 def run(tasks, *, scheduler=None, workers=None, cache_dir=None, log=print, retries=1, label="campaign",
-        connect_timeout_s=20, on_result=None) -> Outcome:
+        connect_timeout_s=20, on_result=None, cluster=None) -> Outcome:
     """Run `tasks` (a list of Task) on Dask; see the module docstring. `on_result(index, result)` is called as
-    each task's result arrives (from the cache first), in the order they finish."""
+    each task's result arrives (from the cache first), in the order they finish. `cluster`: a `Cluster` already
+    open (several campaigns of one command share it; `scheduler` and `workers` are then its own)."""
     tasks = list(tasks)
     names = [t.name for t in tasks]
     if len(set(names)) != len(names):
@@ -76,7 +77,7 @@ def run(tasks, *, scheduler=None, workers=None, cache_dir=None, log=print, retri
     cache = Path(cache_dir) if cache_dir else None
     results = [None] * len(tasks)
     todo = []
-    inline = scheduler is None and worker_count(workers, inline=True) == 0
+    inline = cluster is None and scheduler is None and worker_count(workers, inline=True) == 0
     for index, task in enumerate(tasks):
         hit = _read(cache, task)
         if hit is not None:
@@ -97,12 +98,21 @@ def run(tasks, *, scheduler=None, workers=None, cache_dir=None, log=print, retri
         _inline(tasks, todo, out, cache, log, retries, label, t0, on_result)
         out.seconds = round(time.perf_counter() - t0, 3)
         return out
-    with _client(scheduler, workers, connect_timeout_s) as client:
-        out.workers = len(client.scheduler_info().get("workers", {}))
-        out.scheduler = scheduler or "local"
-        _gather(client, tasks, todo, out, cache, log, retries, label, t0, on_result)
+    if cluster is not None:  # a Cluster, or a function that opens one (called only when there is work)
+        _on(cluster if isinstance(cluster, Cluster) else cluster(), tasks, todo, out, cache, log, retries, label, t0,
+            on_result)
+    else:
+        with Cluster(scheduler, workers, connect_timeout_s) as opened:
+            _on(opened, tasks, todo, out, cache, log, retries, label, t0, on_result)
     out.seconds = round(time.perf_counter() - t0, 3)
     return out
+
+
+def _on(cluster, tasks, todo, out, cache, log, retries, label, t0, on_result):
+    client = cluster.client
+    out.workers = len(client.scheduler_info().get("workers", {}))
+    out.scheduler = cluster.scheduler or "local"
+    _gather(client, tasks, todo, out, cache, log, retries, label, t0, on_result)
 
 
 def _gather(client, tasks, todo, out, cache, log, retries, label, t0, on_result):
@@ -166,10 +176,12 @@ class _Progress:
             self.log(f"  {self.label}: {self.done}/{self.total} tasks done, {elapsed:.1f} s elapsed, about {eta:.0f} s left")
 
 
-class _client:
-    """A Dask client on the given scheduler, or on a LocalCluster started and stopped here."""
+class Cluster:
+    """A Dask client on the given scheduler, or on a LocalCluster started here (one worker per CPU, or `workers`,
+    one thread each) and stopped on exit. `with Cluster(...) as c: run(..., cluster=c)` shares one cluster
+    between campaigns; `c.client` is the distributed.Client."""
 
-    def __init__(self, scheduler, workers, timeout_s):
+    def __init__(self, scheduler=None, workers=None, timeout_s=20):
         self.scheduler, self.workers, self.timeout_s = scheduler, workers, timeout_s
         self.cluster = self.client = None
 
@@ -190,13 +202,14 @@ class _client:
             self.__exit__(None, None, None)
             raise CampaignError(f"cannot reach the Dask scheduler {self.scheduler}: {exc}") from exc
         self.client.run(_pin_threads)
-        return self.client
+        return self
 
     def __exit__(self, *exc):
         if self.client is not None:
             self.client.close()
         if self.cluster is not None:
             self.cluster.close()
+        self.client = self.cluster = None
 
 
 def _pin_threads():
@@ -207,6 +220,12 @@ def _pin_threads():
         torch.set_num_threads(1)
     except ImportError:  # a worker without torch runs torch-free tasks only
         pass
+
+
+def all_cached(tasks, cache_dir) -> bool:
+    """Whether every task's result is in the cache (an opt-in study is read only whole)."""
+    cache = Path(cache_dir) if cache_dir else None
+    return cache is not None and all(_read(cache, t) is not None for t in tasks)
 
 
 def _read(cache, task):

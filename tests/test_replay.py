@@ -180,6 +180,8 @@ def test_profiles_replay_the_papers_seeds_on_the_authors_streams():
 
 
 def test_typicality_is_read_from_the_cache_but_never_retrained_unasked(tmp_path):
+    """The study is a Dask campaign (one task per protocol and group of seeds, cached under cache/typicality):
+    without --extended it is read when every task is cached and never trained (no cluster is even started)."""
     from derive.results import Results
     from numeric.experiments.stage import ExperimentStage
 
@@ -189,19 +191,39 @@ def test_typicality_is_read_from_the_cache_but_never_retrained_unasked(tmp_path)
         return st_
 
     quiet = stage(False)
-    quiet._train = lambda *a: pytest.fail("the study was trained without --extended")
     quiet.typicality()
-    assert "typicality" not in quiet.data  # nothing cached: nothing reported, nothing trained
+    assert "typicality" not in quiet.data and quiet._cluster is None  # nothing cached: nothing reported or trained
     loud = stage(True)
-    loud.typicality()
+    try:
+        loud.typicality()
+    finally:
+        loud.close()
     assert set(loud.data["typicality"]["protocols"]) == set(typicality.PROTOCOLS)
+    entries = sorted((tmp_path / "cache" / typicality.LABEL).glob("*.json"))
+    assert len(entries) == len(typicality.tasks(loud.cfgs["typicality"])) >= 4  # 2 protocols x groups of seeds
     again = stage(False)
-    again._train = lambda *a: pytest.fail("a cached study was retrained")
     again.typicality()
+    assert again._cluster is None, "a cached study was retrained"
     assert again.data["typicality"]["protocols"] == loud.data["typicality"]["protocols"]
-    path = again.cache.key("typicality-ours", again.cfgs["typicality"]["ours"], "cpu")
-    path.write_bytes(b"truncated")
+    entries[0].write_bytes(b"truncated")
     broken = stage(False)
-    broken._train = lambda *a: pytest.fail("a corrupt cached study was retrained")
     broken.typicality()
-    assert "typicality" not in broken.data and not path.exists()
+    assert broken._cluster is None, "a study with a corrupt task was retrained unasked"
+    assert "typicality" not in broken.data and not entries[0].exists()
+
+
+def test_typicality_tasks_split_the_seeds_and_join_them_back():
+    """Groups of SEEDS_PER_TASK seeds per protocol, and the joined curves equal one batched run per group."""
+    from derive.profile import QUICK
+    from numeric.experiments.stage import configs
+
+    cfgs = configs(QUICK.experiments)["typicality"]
+    todo = typicality.tasks(cfgs, seeds_per_task=4)
+    assert [t.args[1] for t in todo[:2]] == [(1, 2, 3, 4), (5, 6)] and len(todo) == 4
+    assert len({t.name for t in todo}) == 4
+    small = {p: dataclasses.replace(c, steps=3, seeds=(1, 2, 3)) for p, c in cfgs.items()}
+    joined = typicality.run(small, workers=0, log=lambda *a: None)
+    for p, c in small.items():
+        whole = sticky.train(c, "cpu", log=lambda *a: None).losses.double().numpy()
+        assert joined[p].shape == whole.shape == (2, 3, 4)
+        np.testing.assert_allclose(joined[p], whole, rtol=1e-6)

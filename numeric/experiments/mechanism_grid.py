@@ -222,14 +222,15 @@ def tasks(cfg):
             for m in cfg.mechanisms for g in cfg.groups()]
 
 
-def run(cfg, cache_dir=None, workers=None, scheduler=None, log=print):
+def run(cfg, cache_dir=None, workers=None, scheduler=None, log=print, cluster=None):
     """Train the grid on Dask (numeric.campaign.run). Returns (merged, outcome): merged[mechanism] is the tasks'
     results joined over seed groups in cfg.seeds' order (None for a mechanism with a failed task)."""
     from numeric import campaign
 
     cfg.validate()
     todo = tasks(cfg)
-    outcome = campaign.run(todo, scheduler=scheduler, workers=workers, cache_dir=cache_dir, log=log, label=LABEL)
+    outcome = campaign.run(todo, scheduler=scheduler, workers=workers, cache_dir=cache_dir, log=log, label=LABEL,
+                           cluster=cluster)
     merged, groups = {}, len(cfg.groups())
     for i, m in enumerate(cfg.mechanisms):
         parts = outcome.results[i * groups:(i + 1) * groups]
@@ -367,10 +368,11 @@ def _trivial(i):
 def scheduling_overhead(n=50, workers=2, scheduler=None):
     """Seconds per round trip of a trivial task (submit, run, gather one at a time) on a local cluster of
     `workers` (or `scheduler`), the cluster's start-up and close timed apart. Returns a dict."""
-    from numeric.campaign import _client
+    from numeric.campaign import Cluster
 
     t0 = time.perf_counter()
-    with _client(scheduler, workers, 20) as client:
+    with Cluster(scheduler, workers, 20) as cluster:
+        client = cluster.client
         started = time.perf_counter()
         client.submit(_trivial, -1, pure=False).result()  # the first task imports on the worker
         trips = []

@@ -15,6 +15,7 @@ import torch
 
 from derive import profile as profiles
 from derive.results import Check, default_threads
+from numeric import campaign
 from numeric.experiments import chain, deep_watch, dynamics, replay, rules, speed, sticky, typicality, windtunnel
 from numeric.experiments import stats as st
 from numeric.experiments.cache import Cache
@@ -74,12 +75,35 @@ class ExperimentStage:
         self.data = results.experiments
         self._measurements = {}  # claim -> the keyword arguments of its rule (rules.py), for the controls
         self._constructed = {}  # claim -> its rule's keyword arguments on a constructed run (the positive controls)
+        self._cluster = None  # the campaigns' Dask cluster, started on first use (`campaign`)
+
+    def campaign(self):
+        """The stage's Dask cluster (numeric.campaign.Cluster), started on first use and shared by its campaigns
+        (the typicality study, the mechanism grid, the wind tunnel per mechanism): a local cluster with one worker
+        per thread the stage may use, closed at the end of the stage."""
+        if self._cluster is None:
+            from numeric import campaign
+
+            self._cluster = campaign.Cluster(workers=self.thread_count()).__enter__()
+        return self._cluster
 
     def thread_count(self):
         """The `threads` given, else derive.results.default_threads() (the user's OMP/MKL setting, or 2)."""
         return int(self.threads) if self.threads else default_threads()
 
     def run(self):
+        try:
+            self._run()
+        finally:
+            self.close()
+
+    def close(self):
+        """Stop the campaigns' cluster, if one was started."""
+        if self._cluster is not None:
+            self._cluster.__exit__(None, None, None)
+            self._cluster = None
+
+    def _run(self):
         torch.set_num_threads(self.thread_count())
         self.results.environment.setdefault("threads", torch.get_num_threads())
         self.sticky_replay()
@@ -159,10 +183,12 @@ class ExperimentStage:
         """Both protocols on many further seeds (opt-in); the cached study is read whenever present."""
         cfgs = self.cfgs["typicality"]
         t0 = time.perf_counter()
-        runs = self._runs("typicality", [(f"typicality-{p}", c) for p, c in cfgs.items()])
-        if runs is None:
+        cache = self.cache.root / typicality.LABEL
+        if self._opt_in("typicality") and not campaign.all_cached(typicality.tasks(cfgs), cache):
+            return  # opt-in and not all cached: nothing trained unasked
+        losses = typicality.run(cfgs, cache_dir=cache, cluster=self.campaign, log=self.log)
+        if losses is None:
             return
-        losses = {p: r["run"].losses.numpy() for p, r in zip(cfgs, runs)}
         ref = self.data.get("sticky_replay", {})
         reference = {"sgd_final_loss": ref.get("sgd_final_loss", replay.authors_mean(0)),
                      "em_like_final_loss": ref.get("em_like_final_loss", replay.authors_mean(1)),
@@ -573,7 +599,7 @@ class ExperimentStage:
         cfg = mg.from_sizes(self.sizes.mechanism_grid_extended if full else self.sizes.mechanism_grid)
         which = "full grid, --extended" if full else f"the {self.profile.name} profile's grid"
         t0 = time.perf_counter()
-        merged, outcome = mg.run(cfg, cache_dir=self.cache.root / mg.LABEL, workers=self.thread_count(), log=self.log)
+        merged, outcome = mg.run(cfg, cache_dir=self.cache.root / mg.LABEL, cluster=self.campaign, log=self.log)
         wall = time.perf_counter() - t0
         summary = mg.summarise(cfg, merged)
         labels, source = mg.competition_labels(self.results.derive.get("mechanisms"), cfg.mechanisms)

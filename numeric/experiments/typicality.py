@@ -9,8 +9,11 @@ For each protocol it reports the distribution of both arms' final losses and of 
 seeds, and over random 5-seed subsets (the size of the paper's experiment), with the fraction of those
 subsets that come out at least as favourable as the authors' five seeds did.
 
-It is opt-in (`python -m derive.all --only experiments --typicality`): about 200 runs of 1000 steps.
-The experiments stage reads its cached results whenever they are present.
+It is opt-in in the default profile (`python -m derive.all --only experiments --extended`): 2 x 50 seeds of
+1000 steps at T = 2000. It runs as a Dask campaign (numeric.campaign): one task per protocol and group of
+SEEDS_PER_TASK seeds (`train_task`, pure: the group's batched run on one thread), cached under
+DIR/cache/typicality/, so an interrupted study resumes; the experiments stage reads the cached tasks whenever
+they are all present.
 """
 from __future__ import annotations
 
@@ -23,6 +26,58 @@ from numeric.experiments import stats as st
 PROTOCOLS = ("authors", "ours")
 SUBSET = 5  # seeds per subset: the paper's experiment
 SUBSETS = 10_000
+SEEDS_PER_TASK = 5  # seeds batched in one campaign task (the trainer is batched over seeds)
+LABEL = "typicality"
+
+
+def train_task(cfg, seeds):
+    """A campaign task: `cfg` (one protocol's config) on `seeds`, both arms batched, torch on one thread; the
+    loss curves (A, S, steps + 1) as nested lists. Pure: the same numbers for the same arguments in any process."""
+    import torch
+
+    from numeric.experiments import sticky
+
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)
+    try:
+        run = sticky.train(dataclasses.replace(cfg, seeds=tuple(seeds)), "cpu", log=lambda *a: None)
+        return {"seeds": list(seeds), "losses": run.losses.double().tolist()}
+    finally:
+        torch.set_num_threads(threads)
+
+
+def tasks(cfgs, seeds_per_task=SEEDS_PER_TASK):
+    """One task per protocol and group of seeds, named by the protocol, the seeds and a hash of the config."""
+    import hashlib
+
+    from derive import __version__
+    from numeric import campaign
+
+    out = []
+    for protocol, cfg in cfgs.items():
+        key = hashlib.sha256(repr((dataclasses.replace(cfg, seeds=()), __version__)).encode()).hexdigest()[:12]
+        seeds = list(cfg.seeds)
+        for i in range(0, len(seeds), seeds_per_task):
+            group = tuple(seeds[i:i + seeds_per_task])
+            out.append(campaign.Task(f"{LABEL}/{protocol}/seeds={group[0]}-{group[-1]}/{key}", train_task, (cfg, group)))
+    return out
+
+
+def run(cfgs, cache_dir=None, workers=None, scheduler=None, log=print, cluster=None):
+    """The study's loss curves {protocol: (2, S, steps + 1) array}, trained as a campaign (numeric.campaign.run's
+    workers, scheduler or cluster); None when a task failed twice."""
+    from numeric import campaign
+
+    todo = tasks(cfgs)
+    outcome = campaign.run(todo, scheduler=scheduler, workers=workers, cache_dir=cache_dir, log=log, label=LABEL,
+                           cluster=cluster)
+    if outcome.failed:
+        return None
+    out = {}
+    for protocol in cfgs:
+        parts = [r for t, r in zip(todo, outcome.results) if t.name.startswith(f"{LABEL}/{protocol}/")]
+        out[protocol] = np.concatenate([np.asarray(p["losses"], float) for p in parts], axis=1)
+    return out
 
 
 def configs(base, seeds):
