@@ -211,6 +211,11 @@ class ExperimentSizes:
     deep_eval_batch: int = 256
     # The mechanism grid (claim G1): `mechanism_grid` runs in the profile, `mechanism_grid_extended` with --extended;
     # `mechanism_bench_steps`: training steps timed per mechanism and round for the step-time benchmark.
+    # Every mechanism in the wind tunnel: `mechanism_tunnel_steps` steps of `mechanism_tunnel_batch` sequences on
+    # `mechanism_tunnel_seeds` (the tunnel's own length and evaluation); with --extended E5's steps and batch.
+    mechanism_tunnel_seeds: tuple = (0, 1, 2)
+    mechanism_tunnel_steps: int = 500
+    mechanism_tunnel_batch: int = 32
     mechanism_grid: MechanismGridSizes = MECHANISM_GRID_REDUCED
     mechanism_grid_extended: MechanismGridSizes = MECHANISM_GRID_FULL
     mechanism_bench_steps: int = 2
@@ -220,7 +225,7 @@ class ExperimentSizes:
                     "speed_steps", "typicality_length", "typicality_steps", "dynamics_instances",
                     "dynamics_train_steps", "tunnel_steps", "tunnel_batch", "tunnel_eval_batch", "tunnel_length",
                     "deep_steps", "deep_batch", "deep_every", "deep_d_model", "deep_ff", "deep_probe_batch",
-                    "deep_eval_batch")
+                    "deep_eval_batch", "mechanism_tunnel_steps", "mechanism_tunnel_batch")
         _check_ints(self, "deep_length", minimum=3)
         _check_seeds(self, "deep_seeds")
         if len(self.deep_seeds) < 2:
@@ -243,7 +248,7 @@ class ExperimentSizes:
         if (not isinstance(self.mstep_groups, tuple) or len(set(self.mstep_groups)) != len(self.mstep_groups)
                 or any(not isinstance(i, int) or not 0 <= i < len(self.fresh) for i in self.mstep_groups)):
             raise ValueError(f"ExperimentSizes.mstep_groups must be distinct indices into fresh, got {self.mstep_groups!r}")
-        for name in ("sweep_seeds", "exact_seeds", "speed_seeds", "typicality_seeds"):
+        for name in ("sweep_seeds", "exact_seeds", "speed_seeds", "typicality_seeds", "mechanism_tunnel_seeds"):
             _check_seeds(self, name)
         if not set(self.sweep_seeds) <= set(self.fresh[0].seeds):
             raise ValueError("ExperimentSizes.sweep_seeds must be seeds of the first fresh group "
@@ -324,6 +329,7 @@ QUICK = Profile(
                     tunnel_steps=200, tunnel_batch=32, tunnel_eval_batch=128, tunnel_length=32,
                     deep_steps=60, deep_batch=8, deep_seeds=(0, 1), deep_every=10, deep_d_model=32, deep_ff=64,
                     deep_length=16, deep_probe_batch=16, deep_eval_batch=64,
+                    mechanism_tunnel_seeds=(0, 1), mechanism_tunnel_steps=30, mechanism_tunnel_batch=8,
                     # every mechanism's code on a tiny grid (CI): 2 seeds in one task per mechanism, 30 steps, T = 47
                     mechanism_grid=MechanismGridSizes(length=48, steps=30, seeds=(42, 2024), seeds_per_task=2, blocks=2),
                     mechanism_grid_extended=MechanismGridSizes(length=48, steps=30, seeds=(42, 2024), seeds_per_task=2,

@@ -185,9 +185,8 @@ def router(p, x):
 def moe_mix(p, x):
     """o_t = sum_e g_te x_t W_e, as one matmul of (g_t (x) x_t) with the stacked experts."""
     _, _, g = router(p, x)
-    A, S, T, E = g.shape
-    gx = (g[..., :, None] * x[..., None, :]).reshape(A, S, T, E * x.shape[-1])
-    return gx @ p["W_E"].reshape(A, S, E * x.shape[-1], -1)
+    gx = (g[..., :, None] * x[..., None, :]).flatten(-2)  # (..., T, E d_in)
+    return gx @ p["W_E"].flatten(-3, -2)  # W_E (..., E, d_in, d_v) as (..., E d_in, d_v)
 
 
 QUADRATIC = ("softmax", "sigmoid", "linear", "ssd", "gate", "lstm")  # T x T weights through the causal mask

@@ -554,6 +554,38 @@ class ExperimentStage:
         rule = REGISTRY["E5"].rule(out)
         self._rule_check("E5", "rule", rule.verdict, rule.reason, rule.measured)
 
+    def _mechanism_tunnel(self, labels, source):
+        """Every mechanism in E5's wind tunnel under both arms (numeric.experiments.mechanism_tunnel, a campaign on
+        the stage's cluster, cached under DIR/cache/mechanism-tunnel; --extended: E5's own steps and batch), and the
+        G2 rule on the EM-like arm's KL to Bayes against the competition labels, with its controls."""
+        from numeric.experiments import mechanism_tunnel as mt
+
+        cfg = mt.from_sizes(self.sizes, self.cfgs["tunnel"], self.extended)
+        t0 = time.perf_counter()
+        summary, outcome = mt.run(cfg, cache_dir=self.cache.root / mt.LABEL, cluster=self.campaign, log=self.log)
+        wall = time.perf_counter() - t0
+        ok = [m for m, s in summary.items() if not s.get("failed") and s["finite"]]
+        kl = {m: summary[m]["arms"][rules.G2_ARM]["kl_bits_per_seed"] for m in ok}
+        measurement = {"kl": kl, "competition": labels, "seed": self.seed}
+        rule = REGISTRY["G2"].rule(**measurement)
+        controls = rules.g2_controls(measurement)
+        self.data["mechanisms"]["tunnel"] = _plain({
+            "config": dataclasses.asdict(cfg), "mechanisms": summary, "labels_source": source,
+            "rule": {"verdict": rule.verdict, "reason": rule.reason, "measured": rule.measured},
+            "controls": {cid: {"kind": kind, "construction": rules.G2_CONSTRUCTIONS[cid], "verdict": r.verdict,
+                               "reason": r.reason} for cid, (kind, r) in controls.items()},
+            "campaign": {"workers": outcome.workers, "computed": outcome.computed, "cached": outcome.cached,
+                         "failed": outcome.failed, "seconds": outcome.seconds, "wall_s": wall}})
+        which = "E5's sizes, --extended" if self.extended else f"the {self.profile.name} profile's tunnel"
+        on = (f"{len(cfg.mechanisms)} mechanisms x {len(cfg.seeds)} seeds x 2 arms, {cfg.tunnel.steps} steps of "
+              f"{cfg.tunnel.batch} sequences ({which})")
+        self._check("experiments/mechanisms/tunnel-valid", "G2", len(ok) == len(cfg.mechanisms) and not outcome.failed,
+                    wall, {"valid": ok, "failed_tasks": outcome.failed, "tasks_computed": outcome.computed,
+                           "tasks_cached": outcome.cached}, {"finite": True}, detail=on)
+        self._rule_check("G2", "rule", rule.verdict, rule.reason, rule.measured, on=on, seeds=len(cfg.seeds),
+                         context=f"Competition labels: {source}.")
+        _record_controls(self, "G2", controls, rules.G2_CONSTRUCTIONS)
+
     # -- W1: E4 in a deep model ---------------------------------------------------------------------------
     def deep_model(self):
         """Three optimizers on each seed's stream and initial weights, watched on a fixed probe batch; the W1
@@ -635,12 +667,8 @@ class ExperimentStage:
                          on=f"{len(rule.measured['mechanisms'])} mechanisms x {len(cfg.seeds)} seeds, T = {T}, "
                             f"{cfg.steps} steps ({which})", seeds=len(cfg.seeds),
                          context=f"Competition labels: {source}.")
-        for cid, (kind, r) in controls.items():  # recorded as the E-rules' controls are (kind negative-control)
-            expected = "not-reproduced" if kind == "negative" else "reproduced"
-            self.results.record(Check(f"experiments/{kind}-control/{cid}", "experiments", "negative-control", "G1",
-                                      "pass" if r.verdict == expected else "fail", 0.0,
-                                      {"verdict": r.verdict, "reason": r.reason}, {"verdict": expected},
-                                      rules.G1_CONSTRUCTIONS[cid]), self.log, note=r.verdict)
+        _record_controls(self, "G1", controls, rules.G1_CONSTRUCTIONS)  # as the E-rules' controls are
+        self._mechanism_tunnel(labels, source)
         base = times["softmax"]["median_s"] if "softmax" in times else float("nan")
         for name, t in times.items():
             mech, _, form = name.partition("/")
@@ -651,6 +679,17 @@ class ExperimentStage:
                 "shape": {"length": T, "arms": len(cfg.arms), "seeds": 1, "blocks": cfg.blocks}, "threads": 1,
                 "ours_s": t["median_s"], "rounds_s": t["rounds_s"], "reference": ref, "reference_s": ref_s,
                 "ratio": t["median_s"] / ref_s})
+
+
+def _record_controls(stage, claim, controls, constructions):
+    """A rule's controls recorded as checks (kind negative-control): negative ones must say not-reproduced,
+    positive ones reproduced."""
+    for cid, (kind, r) in controls.items():
+        expected = "not-reproduced" if kind == "negative" else "reproduced"
+        stage.results.record(Check(f"experiments/{kind}-control/{cid}", "experiments", "negative-control", claim,
+                                   "pass" if r.verdict == expected else "fail", 0.0,
+                                   {"verdict": r.verdict, "reason": r.reason}, {"verdict": expected},
+                                   constructions[cid]), stage.log, note=r.verdict)
 
 
 def _numbers(obj):

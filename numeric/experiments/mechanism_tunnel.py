@@ -1,0 +1,240 @@
+"""Every routing mechanism in the Bayesian wind tunnel (E5's task): how close each comes to the exact posterior.
+
+The task is numeric.experiments.windtunnel's: sticky chains whose transition matrix is drawn per sequence from a
+Dirichlet prior, inputs x_t = [e_{y_t}, e_{y_{t-1}}], a fresh batch every step, the exact Bayes predictive from the
+Dirichlet counts. Each mechanism is its trainable layer (numeric.experiments.mechanism_layers, the same code as the
+sticky-chain grid) read out by W_O (no bias), trained in float64 by full-batch-per-step SGD on the mean
+cross-entropy under both arms: sgd (every parameter at the tunnel's lr) and em_like (the mechanism's content at
+value_lr_ratio x lr, routing and the readout at lr), every mechanism on the same sequences and, per seed, from
+parameters drawn by (seed, parameter name). Reported per mechanism, arm and seed: the KL from the Bayes predictive
+to the model's (bits, on fresh evaluation sequences), the entropy error (bits) and the final training loss.
+
+One Dask task per mechanism and group of seeds (`train_task`, pure, both arms batched), cached under
+DIR/cache/mechanism-tunnel/.
+
+    python -m numeric.experiments.mechanism_tunnel [--quick | --extended] [--workers N | --scheduler ADDRESS]
+                                                   [--out DIR]
+"""
+from __future__ import annotations
+
+import argparse
+import dataclasses
+import hashlib
+import math
+import sys
+import time
+import zlib
+from dataclasses import dataclass
+
+import numpy as np
+import torch
+
+from numeric.experiments import chain, windtunnel
+from numeric.experiments import mechanism_layers as ml
+from numeric.experiments import stats as st
+from numeric.experiments.config import positive, positive_ints
+
+LABEL = "mechanism-tunnel"
+ARMS = ("sgd", "em_like")
+RESULT = "t1"  # what a task returns, named in its cache key
+
+
+@dataclass(frozen=True)
+class MechanismTunnelConfig:
+    """The wind tunnel's task and optimiser (`tunnel`: E5's TunnelConfig; its seed is replaced by `seeds`), the
+    mechanisms, the seeds, the initial scale of every parameter, and the seeds batched in one task."""
+
+    tunnel: windtunnel.TunnelConfig = windtunnel.TunnelConfig()
+    mechanisms: tuple = ml.MECHANISMS
+    seeds: tuple = (0, 1, 2, 3)
+    init_std: float = 0.3  # as E5's attention head
+    seeds_per_task: int = 4
+
+    def validate(self):
+        self.tunnel.validate()
+        positive_ints(self, "seeds_per_task")
+        positive(self, "init_std")
+        unknown = [m for m in self.mechanisms if m not in ml.MECHANISMS]
+        if unknown or not self.mechanisms or len(set(self.mechanisms)) != len(self.mechanisms):
+            raise ValueError(f"MechanismTunnelConfig.mechanisms must be distinct names among {ml.MECHANISMS}, "
+                             f"got {self.mechanisms!r}")
+        if len(self.seeds) < 2 or len(set(self.seeds)) != len(self.seeds):
+            raise ValueError(f"MechanismTunnelConfig.seeds must hold at least two distinct seeds, got {self.seeds!r}")
+        return self
+
+    def groups(self):
+        k = self.seeds_per_task
+        return [tuple(self.seeds[i:i + k]) for i in range(0, len(self.seeds), k)]
+
+    def key(self):
+        from derive import __version__
+
+        fields = {k: v for k, v in dataclasses.asdict(self).items() if k not in ("mechanisms", "seeds", "seeds_per_task")}
+        blob = repr((fields, ARMS, RESULT, __version__))
+        return hashlib.sha256(blob.encode()).hexdigest()[:12]
+
+
+def init_params(cfg, mechanism, seeds):
+    """{name: (A, S, 1, ...)} float64 leaves: every parameter N(0, init_std^2), drawn per (seed, name); the third
+    axis broadcasts over the batch of sequences."""
+    K, t = cfg.tunnel.symbols, cfg.tunnel
+    sh = ml.shapes(2 * K, t.d_k, t.d_v, K)
+    out = {}
+    for name in ml.PARAMS[mechanism]:
+        per = []
+        for s in seeds:
+            g = torch.Generator().manual_seed((int(s) * 1_000_003 + zlib.crc32(name.encode())) % (2 ** 62))
+            per.append(torch.randn(sh[name], generator=g, dtype=torch.float64) * cfg.init_std)
+        w = torch.stack(per)[None, :, None].expand(len(ARMS), *([-1] * (len(sh[name]) + 2)))
+        out[name] = w.clone().requires_grad_(True)
+    return out
+
+
+def _batch(cfg, gens, batch):
+    """(x (1, S, B, T, 2K), y (1, S, B, T)): one batch of sequences per seed, from that seed's generator."""
+    ys = [windtunnel.sample(cfg.tunnel, batch, g) for g in gens]
+    x = torch.stack([windtunnel.inputs(cfg.tunnel, y) for y in ys])[None]
+    return x, torch.stack([y[:, 1:] for y in ys])[None], ys
+
+
+def train_task(cfg, mechanism, seeds):
+    """Both arms of `mechanism` on `seeds` (torch on one thread inside the call), then the evaluation. Pure."""
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)
+    try:
+        return _train(cfg, mechanism, tuple(seeds))
+    finally:
+        torch.set_num_threads(threads)
+
+
+def _train(cfg, mechanism, seeds):
+    t = cfg.tunnel
+    params = init_params(cfg, mechanism, seeds)
+    lrs = {n: torch.tensor([t.lr * (t.value_lr_ratio if a == "em_like" and n in ml.CONTENT[mechanism] else 1.0)
+                            for a in ARMS], dtype=torch.float64).view(-1, *([1] * (p.dim() - 1)))
+           for n, p in params.items()}
+    gens = [torch.Generator().manual_seed(int(s) + 17) for s in seeds]  # the same sequences for every mechanism
+    leaves, curve = list(params.values()), []
+    t0 = time.perf_counter()
+    for _ in range(t.steps):
+        x, y, _ = _batch(cfg, gens, t.batch)
+        loss = ml.losses(mechanism, params, x, y).mean(-1)  # (A, S): the mean over sequences and positions
+        grads = torch.autograd.grad(loss.sum(), leaves)
+        with torch.no_grad():
+            for (name, p), g in zip(params.items(), grads):
+                p.sub_(lrs[name] * g)
+        curve.append(loss.detach())
+    seconds = time.perf_counter() - t0
+    evaluation = [torch.Generator().manual_seed(int(s) + 99) for s in seeds]
+    x, y, ys = _batch(cfg, evaluation, t.eval_batch)
+    with torch.no_grad():
+        p = ml.probabilities(mechanism, params, x)  # (A, S, B, T, K)
+    bayes = torch.stack([windtunnel.bayes_predictive(t, yy) for yy in ys])[None]  # (1, S, B, T, K)
+    ln2 = math.log(2)
+    ent = lambda q: -(q * torch.log(q.clamp_min(1e-300))).sum(-1) / ln2  # noqa: E731
+    losses = torch.stack(curve, -1)  # (A, S, steps)
+    return {"mechanism": mechanism, "seeds": list(seeds), "arms": list(ARMS), "steps": t.steps,
+            "kl_bits": chain.kl_bits(bayes, p).mean(-1).tolist(),  # (A, S): mean over positions, then sequences
+            "entropy_mae_bits": (ent(p) - ent(bayes)).abs().mean((-1, -2)).tolist(),
+            "bayes_entropy_bits": float(ent(bayes).mean()),
+            "final_loss": losses[..., -max(1, t.steps // 20):].mean(-1).tolist(),  # the last 5% of steps
+            "curve": losses[..., :: max(1, t.steps // 100)].tolist(),
+            "finite": bool(torch.isfinite(losses).all() and torch.isfinite(p).all()),
+            "timing": {"loop_seconds": seconds}}
+
+
+def tasks(cfg):
+    from numeric import campaign
+
+    key = cfg.key()
+    return [campaign.Task(f"{LABEL}/{m}/seeds={'-'.join(map(str, g))}/{key}", train_task, (cfg, m, g))
+            for m in cfg.mechanisms for g in cfg.groups()]
+
+
+def run(cfg, cache_dir=None, workers=None, scheduler=None, log=print, cluster=None):
+    """Train every mechanism as a campaign. Returns (summary, outcome): summary[mechanism] per arm the KL to Bayes
+    (mean, 95% interval over seeds, per seed), the entropy error and the final loss; {"failed": True} for a
+    mechanism with a failed task."""
+    from numeric import campaign
+
+    cfg.validate()
+    todo = tasks(cfg)
+    outcome = campaign.run(todo, scheduler=scheduler, workers=workers, cache_dir=cache_dir, log=log, label=LABEL,
+                           cluster=cluster)
+    groups, out = len(cfg.groups()), {}
+    for i, m in enumerate(cfg.mechanisms):
+        parts = outcome.results[i * groups:(i + 1) * groups]
+        out[m] = {"failed": True} if any(p is None for p in parts) else summarise(parts)
+    return out, outcome
+
+
+def summarise(parts):
+    """One mechanism's task results joined over seeds: per arm mean, 95% t-interval and per-seed values."""
+    out = {"seeds": [s for p in parts for s in p["seeds"]], "finite": all(p["finite"] for p in parts),
+           "bayes_entropy_bits": float(np.mean([p["bayes_entropy_bits"] for p in parts])), "arms": {}}
+    for a, arm in enumerate(parts[0]["arms"]):
+        entry = {}
+        for key in ("kl_bits", "entropy_mae_bits", "final_loss"):
+            v = np.asarray([x for p in parts for x in p[key][a]], float)
+            mean, half = st.mean_ci(v) if np.isfinite(v).all() else (float("nan"), float("nan"))
+            entry[key] = float(mean)
+            entry[f"{key}_ci95"] = [float(mean - half), float(mean + half)]
+            entry[f"{key}_per_seed"] = v.tolist()
+        entry["curve"] = np.mean([c for p in parts for c in p["curve"][a]], 0).tolist()
+        out["arms"][arm] = entry
+    return out
+
+
+def from_sizes(sizes, tunnel, extended=False):
+    """The per-mechanism tunnel of a profile's ExperimentSizes: E5's task (`tunnel`, its TunnelConfig) with the
+    profile's mechanism_tunnel_steps and _batch, or with `extended` E5's own steps and batch; one task per
+    mechanism holding all of mechanism_tunnel_seeds."""
+    if not extended:
+        tunnel = dataclasses.replace(tunnel, steps=sizes.mechanism_tunnel_steps, batch=sizes.mechanism_tunnel_batch)
+    seeds = tuple(sizes.mechanism_tunnel_seeds)
+    return MechanismTunnelConfig(tunnel=tunnel, seeds=seeds, seeds_per_task=len(seeds))
+
+
+def table(summary):
+    lines = [f"{'mechanism':10} {'KL sgd (bits)':>24} {'KL em_like (bits)':>24} {'entropy err em':>15}"]
+    for m, s in summary.items():
+        if s.get("failed"):
+            lines.append(f"{m:10} failed")
+            continue
+        cells = []
+        for arm in ARMS:
+            e = s["arms"][arm]
+            cells.append(f"{e['kl_bits']:.4f} [{e['kl_bits_ci95'][0]:.4f}, {e['kl_bits_ci95'][1]:.4f}]")
+        lines.append(f"{m:10} {cells[0]:>24} {cells[1]:>24} {s['arms']['em_like']['entropy_mae_bits']:15.4f}"
+                     + ("" if s["finite"] else "  (not finite)"))
+    return "\n".join(lines)
+
+
+def main(argv=None):
+    from derive import profile as profiles
+    from numeric import campaign
+    from numeric.experiments.stage import configs
+
+    parser = argparse.ArgumentParser(prog="python -m numeric.experiments.mechanism_tunnel",
+                                     description=__doc__.split("\n")[0])
+    which = parser.add_mutually_exclusive_group()
+    which.add_argument("--quick", action="store_true", help="the quick profile's sizes")
+    which.add_argument("--extended", action="store_true", help="E5's own steps and batch (default: the default "
+                                                                "profile's reduced tunnel)")
+    parser.add_argument("--out", default=None, help="cache the tasks under OUT/cache/mechanism-tunnel")
+    campaign.add_arguments(parser)
+    args = parser.parse_args(argv)
+    sizes = profiles.get("quick" if args.quick else "default").experiments
+    cfg = from_sizes(sizes, configs(sizes)["tunnel"], args.extended)
+    t0 = time.perf_counter()
+    summary, outcome = run(cfg, cache_dir=f"{args.out}/cache/{LABEL}" if args.out else None, workers=args.workers,
+                           scheduler=args.scheduler)
+    print(table(summary))
+    print(f"tunnel: {len(cfg.mechanisms)} mechanisms x {len(cfg.seeds)} seeds x {len(ARMS)} arms, "
+          f"{cfg.tunnel.steps} steps of {cfg.tunnel.batch} sequences; {outcome.computed} tasks computed, "
+          f"{outcome.cached} cached, {outcome.workers} workers: {time.perf_counter() - t0:.1f} s wall")
+    return 1 if outcome.failed else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
