@@ -1,0 +1,135 @@
+"""Every mechanism in the wind tunnel (numeric.experiments.mechanism_tunnel), E4's frame per mechanism in the grid,
+and the G2 rule (numeric.experiments.rules.g2) with its controls."""
+from __future__ import annotations
+
+import dataclasses
+
+import numpy as np
+import pytest
+import torch
+
+from derive import profile as profiles
+from numeric.experiments import mechanism_grid as mg
+from numeric.experiments import mechanism_layers as ml
+from numeric.experiments import mechanism_tunnel as mt
+from numeric.experiments import registry, rules, windtunnel
+
+TINY = mt.MechanismTunnelConfig(tunnel=windtunnel.TunnelConfig(length=10, batch=4, steps=3, eval_batch=6, d_k=4, d_v=5),
+                                seeds=(0, 1, 2), seeds_per_task=2)
+QUIET = dict(log=lambda *a: None)
+
+
+def strip(summary):
+    return {m: {k: v for k, v in s.items()} for m, s in summary.items()}
+
+
+def test_tunnel_on_one_and_two_workers_is_the_same_and_resumes(tmp_path):
+    one, o1 = mt.run(TINY, workers=1, **QUIET)
+    two, o2 = mt.run(TINY, workers=2, cache_dir=tmp_path, **QUIET)
+    assert (o1.workers, o2.workers) == (1, 2) and o1.computed == 14 and not o2.failed
+    assert strip(one) == strip(two)
+    again, o3 = mt.run(TINY, workers=0, cache_dir=tmp_path, **QUIET)
+    assert o3.cached == 14 and o3.computed == 0 and strip(again) == strip(two)
+    for s in one.values():
+        assert s["seeds"] == [0, 1, 2] and s["finite"] and set(s["arms"]) == set(mt.ARMS)
+        for arm in mt.ARMS:
+            e = s["arms"][arm]
+            assert len(e["kl_bits_per_seed"]) == 3 and min(e["kl_bits_per_seed"]) > 0
+            assert e["kl_bits_ci95"][0] <= e["kl_bits"] <= e["kl_bits_ci95"][1]
+
+
+def test_a_tunnel_task_is_pure_and_a_seed_does_not_depend_on_its_batch():
+    a = mt.train_task(TINY, "lstm", (1,))
+    b = mt.train_task(TINY, "lstm", (0, 1))
+    assert np.allclose(a["kl_bits"][0][0], b["kl_bits"][0][1], rtol=1e-12)
+    a.pop("timing")
+    again = mt.train_task(TINY, "lstm", (1,))
+    again.pop("timing")
+    assert a == again
+
+
+def test_the_tunnel_learns_and_em_like_scales_only_the_content():
+    """Against a control: trained parameters are closer to Bayes than the initial ones; em_like's content lr is
+    value_lr_ratio x the routing lr (and the readout's)."""
+    cfg = dataclasses.replace(TINY, tunnel=dataclasses.replace(TINY.tunnel, steps=150, batch=16, length=16, lr=0.5))
+    trained = mt.train_task(cfg, "softmax", (0,))
+    untrained = mt.train_task(dataclasses.replace(cfg, tunnel=dataclasses.replace(cfg.tunnel, steps=1)), "softmax", (0,))
+    assert trained["kl_bits"][0][0] < 0.8 * untrained["kl_bits"][0][0]
+    params = mt.init_params(TINY, "moe", (0, 1))
+    assert params["W_E"].shape == (2, 2, 1, ml.EXPERTS, 2 * TINY.tunnel.symbols, TINY.tunnel.d_v)
+    assert torch.equal(params["W_E"][0], params["W_E"][1])  # both arms start from one point
+
+
+def test_bad_tunnel_configs_name_the_field():
+    with pytest.raises(ValueError, match="mechanisms"):
+        dataclasses.replace(TINY, mechanisms=("softmax", "nope")).validate()
+    with pytest.raises(ValueError, match="seeds"):
+        dataclasses.replace(TINY, seeds=(3,)).validate()
+
+
+def test_profiles_size_the_tunnel_and_extended_is_e5s_own():
+    from numeric.experiments.stage import configs
+
+    sizes = profiles.get("default").experiments
+    tunnel = configs(sizes)["tunnel"]
+    reduced, full = mt.from_sizes(sizes, tunnel), mt.from_sizes(sizes, tunnel, extended=True)
+    assert (reduced.tunnel.steps, reduced.tunnel.batch) == (sizes.mechanism_tunnel_steps, sizes.mechanism_tunnel_batch)
+    assert (full.tunnel.steps, full.tunnel.batch) == (tunnel.steps, tunnel.batch) == (1500, 64)
+    with pytest.raises(ValueError, match="mechanism_tunnel_seeds"):
+        dataclasses.replace(sizes, mechanism_tunnel_seeds=(1, 1)).validate()
+
+
+# -- E4 per mechanism ------------------------------------------------------------------------------------------------
+def test_tracked_weights_are_the_rows_the_layer_mixes_with():
+    cfg = mg.GridConfig(length=9, steps=2, seeds=(42, 2024), blocks=2).sticky()
+    x = torch.randn(1, 2, 8, cfg.d_in, dtype=torch.float64)
+    mask = ml.causal(8)
+    for m in ml.MECHANISMS:
+        p = {k: v.double() for k, v in ml.init_params(cfg, m, (42, 2024), 2, torch.float64).items()}
+        rows = [0, 3, 7]
+        got = ml.tracked_weights(m, p, x, rows)
+        w = ml.weights(m, p, x, mask)
+        dense = w["w"] if m in ("softmax", "sigmoid", "linear", "ssd", "moe") else w["unrolled"]
+        if m == "moe":
+            want = dense[..., rows, :].flatten(-2)
+        else:
+            want = torch.cat([dense[..., r, : r + 1] for r in rows], -1)
+        torch.testing.assert_close(got, want.detach(), rtol=1e-12, atol=1e-14, msg=m)
+
+
+def test_the_grid_applies_e4_per_mechanism_and_it_can_say_both():
+    tiny = mg.GridConfig(length=13, steps=4, seeds=(42, 2024), seeds_per_task=2, blocks=3, checkpoints=3)
+    r = mg.merge([mg.train_task(tiny, "softmax", (42, 2024))])
+    f = r["frame"]
+    assert f["steps"] == [0, 2, 4] and np.asarray(f["routing"]).shape == (2, 2, 3)
+    assert np.asarray(f["routing"])[..., -1].max() == 0 and np.asarray(f["content"])[..., 0].min() > 0
+    verdict = mg.frame_rule(r).verdict
+    assert verdict in rules.VERDICTS
+    frozen = {**r, "frame": {**f, "routing": [[[1.0, 0.0, 0.0]] * 2] * 2, "content": [[[1.0, 0.5, 0.0]] * 2] * 2}}
+    assert mg.frame_rule(frozen).verdict == "reproduced"  # the frame settles first by construction
+    late = {**r, "frame": {**f, "routing": [[[1.0, 0.5, 0.0]] * 2] * 2, "content": [[[1.0, 0.0, 0.0]] * 2] * 2}}
+    assert mg.frame_rule(late).verdict == "not-reproduced"
+
+
+# -- G2 ----------------------------------------------------------------------------------------------------------------
+def test_g2_is_registered_and_its_controls_say_what_they_must():
+    c = registry.REGISTRY["G2"]
+    assert c.rule is rules.g2 and c.ref.startswith("ours: ")
+    for n in (2, 3, 5):
+        got = {cid: r.verdict for cid, (_, r) in rules.g2_controls(rules.g2_synthetic(seeds=n)).items()}
+        assert got == rules.G2_EXPECTED, n
+
+
+def test_g2_verdicts():
+    k = rules.g2_synthetic(seeds=4)
+    good = rules.g2(**k)
+    assert good.verdict == "reproduced" and good.measured["ratio"] > 3 and good.measured["permutation_p"] <= 0.05
+    flipped = rules.g2(k["kl"], {m: not v for m, v in k["competition"].items()})
+    assert flipped.verdict == "not-reproduced"
+    one_side = rules.g2(k["kl"], {m: True for m in k["kl"]})
+    assert one_side.verdict == "not-reproduced" and "no comparison" in one_side.reason
+    diverged = {**k["kl"], "ssd": [float("nan")] * 4}
+    out = rules.g2(diverged, k["competition"])
+    assert "ssd" in out.measured["left_out"] and "ssd" not in out.measured["mechanisms"]
+    with pytest.raises(ValueError, match="same seeds"):
+        rules.g2({**k["kl"], "ssd": [0.2, 0.2]}, k["competition"])
