@@ -180,6 +180,51 @@ def benchmark(r):
     return fig
 
 
+STRUCTURE_COLORS = {True: "#2ca02c", False: "#ff7f0e", None: "#7f7f7f"}  # keys compete (proved) / not / undecided
+
+
+def mechanism_grid(r):
+    """G1 and G2: per mechanism the EM-like schedule's speedup on the sticky chain (95% interval over seeds, the
+    identical-arms baseline marked) and the KL to Bayes in the wind tunnel (EM-like arm, 95% interval over seeds),
+    coloured by the proved structure (keys compete or not)."""
+    mg = r.get("experiments", {}).get("mechanisms")
+    if not mg or not mg.get("mechanisms"):
+        return None
+    comp = mg.get("competition", {})
+    names = [m for m, s in mg["mechanisms"].items() if not s.get("failed") and "speedup" in s]
+    tunnel = (mg.get("tunnel") or {}).get("mechanisms", {})
+    fig, (left, right) = plt.subplots(1, 2, figsize=(7.2, 3.0))
+    y = list(range(len(names)))[::-1]
+    for yi, m in zip(y, names):
+        s, color = mg["mechanisms"][m], STRUCTURE_COLORS[comp.get(m)]
+        lo, hi = s["ci95"]
+        left.errorbar([s["speedup"]], [yi], xerr=[[s["speedup"] - lo], [hi - s["speedup"]]], fmt="o", color=color,
+                      capsize=3, ms=4)
+        left.plot([s["baseline"]], [yi], marker="|", color="k", ms=9)
+        t = tunnel.get(m)
+        if t and not t.get("failed"):
+            e = t["arms"]["em_like"]
+            lo, hi = e["kl_bits_ci95"]
+            right.errorbar([e["kl_bits"]], [yi], xerr=[[max(e["kl_bits"] - lo, 0)], [max(hi - e["kl_bits"], 0)]],
+                           fmt="o", color=color, capsize=3, ms=4)
+            right.plot([t["arms"]["sgd"]["kl_bits"]], [yi], marker="x", color=color, ms=5, alpha=0.6)
+    for ax in (left, right):
+        ax.set_yticks(y, names, fontsize=8)
+        ax.grid(axis="y", alpha=0)
+    left.set(xlabel="speedup of EM-like over SGD (| identical arms)", title=f"G1, sticky chain ({len(mg.get('seeds', []))} seeds)")
+    right.set(xlabel="KL to Bayes (bits; o EM-like, x SGD)", title="G2, wind tunnel")
+    if tunnel:
+        right.set_xscale("log")
+        right.xaxis.set_major_locator(LogLocator(subs=(1.0, 2.0, 5.0), numticks=6))
+        right.xaxis.set_major_formatter(StrMethodFormatter("{x:g}"))
+        right.xaxis.set_minor_locator(NullLocator())
+    handles = [plt.Line2D([], [], color=STRUCTURE_COLORS[k], marker="o", ls="", label=lab)
+               for k, lab in ((True, "keys compete (proved)"), (False, "keys do not compete (disproved)"))]
+    fig.legend(handles=handles, loc="lower center", ncol=2, fontsize=7, frameon=False)
+    fig.subplots_adjust(left=0.1, right=0.98, bottom=0.27, top=0.9, wspace=0.45)
+    return fig
+
+
 # W1: one small-multiples figure per watched quantity (layers x heads panels, one curve per optimizer):
 # name -> (quantities drawn solid then dashed, title, log scale)
 DEEP_FIGURES = {
@@ -193,7 +238,7 @@ DEEP_FIGURES = {
     "deep_v_change": (("v_change",), r"value drift: $\|V - V_{prev}\| / \|V_{prev}\|$", True),
 }
 DRIFTS = ("js", "v_change")  # recorded from the second record on
-FIXED_LAYOUT = set(DEEP_FIGURES)  # laid out by deep_grid itself: saved without bbox_inches="tight"
+FIXED_LAYOUT = {*DEEP_FIGURES, "mechanism_grid"}  # laid out by themselves: saved without bbox_inches="tight"
 
 
 def deep_grid(r, quantities, title, log):
@@ -252,6 +297,7 @@ def _deep(name):
 FIGURES = {"loss_curves": loss_curves, "steps_to_threshold": steps_to_threshold, "entropy_floor": entropy_floor,
            "frame_precision": frame_precision, "lr_sweep": lr_sweep, "manifold": manifold,
            "simulations": simulations, "typicality": typicality, "scaling": scaling, "benchmark": benchmark,
+           "mechanism_grid": mechanism_grid,
            **{name: _deep(name) for name in DEEP_FIGURES}}
 
 

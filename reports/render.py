@@ -380,6 +380,63 @@ def deep_view(experiments, claims):
             "rows": rows, "figures": list(DEEP_FIGURES)}
 
 
+def _interval(values, digits):
+    return f"{values[0]:.{digits}f}{DASH}{values[1]:.{digits}f}" if isinstance(values, list) and len(values) == 2 else DASH
+
+
+def grid_view(experiments, claims):
+    """G1 and G2's section: every mechanism trained on the sticky chain and in the wind tunnel under both arms; the
+    verdicts with their reasons, a row per mechanism, the figure, the campaign's figures."""
+    mg = experiments.get("mechanisms")
+    if not mg or not mg.get("mechanisms"):
+        return None
+    verdict = {c.get("id"): c for c in claims if c.get("id") in ("G1", "G2")}
+    comp, tunnel = mg.get("competition", {}), (mg.get("tunnel") or {})
+    tm = tunnel.get("mechanisms", {})
+    steps = mg.get("step_seconds", {})
+    base = steps.get("softmax")
+    rows = []
+    for m, s in mg["mechanisms"].items():
+        if s.get("failed"):
+            rows.append([m, "failed"] + [DASH] * 8)
+            continue
+        a, t = s.get("arms", {}), tm.get(m, {})
+        te = (t.get("arms") or {}) if not t.get("failed") else {}
+        kl = lambda arm, te=te: (f"{_num(te[arm]['kl_bits'], 4)} ({_interval(te[arm]['kl_bits_ci95'], 4)})"  # noqa: E731
+                                 if arm in te else DASH)
+        step = steps.get(m)
+        rows.append([m, {True: "yes (proved)", False: "no (disproved)"}.get(comp.get(m), "undecided"),
+                     f"{_num(a.get('sgd', {}).get('final_loss'), 4)} / {_num(a.get('em_like', {}).get('final_loss'), 4)}",
+                     f"{_num(s.get('speedup'), 2)} ({_interval(s.get('ci95'), 2)})",
+                     f"{s.get('excess', 0):+.2f} ({_interval(s.get('excess_ci95'), 2)})" if "excess" in s else DASH,
+                     _num(a.get("em_like", {}).get("heldout_kl_to_bayes_bits"), 4),
+                     kl("sgd"), kl("em_like"),
+                     (s.get("frame_precision") or {}).get("verdict", DASH),
+                     f"{step / base:.2f}" if isinstance(step, (int, float)) and base else DASH])
+    camp = mg.get("campaign", {})
+    tcfg = (tunnel.get("config") or {}).get("tunnel", {})
+    summary = (f"Every routing mechanism of the table above as a trainable layer (the same projections, readout and "
+               f"loss; its own routing and content parameters), trained on the sticky chain ({mg.get('grid')}: T = "
+               f"{mg.get('length')}, {mg.get('steps')} full-batch steps, seeds {', '.join(map(str, mg.get('seeds', [])))}) "
+               f"under SGD (every parameter at lr 0.01) and the EM-like schedule (the content at 10x), every mechanism "
+               f"on the same data and seeds; and in the wind tunnel (E5's task: "
+               f"{tcfg.get('steps', DASH)} steps of {tcfg.get('batch', DASH)} fresh sequences, lr {tcfg.get('lr', DASH)}, "
+               f"content {tcfg.get('value_lr_ratio', DASH)}x under EM-like; seeds "
+               f"{', '.join(map(str, (tunnel.get('config') or {}).get('seeds', [])))}). Each mechanism and group of seeds "
+               f"is one Dask task ({camp.get('computed', DASH)} computed, {camp.get('cached', DASH)} from the cache, "
+               f"{camp.get('workers', DASH)} workers, {_num(camp.get('wall_s'), 1)} s). Competition labels: "
+               f"{mg.get('labels_source', DASH)}.")
+    return {"summary": summary,
+            "verdicts": [{"id": cid, "verdict": verdict.get(cid, {}).get("verdict", "not-run"),
+                          "reason": verdict.get(cid, {}).get("evidence", ""),
+                          "statement": verdict.get(cid, {}).get("statement", "")} for cid in ("G1", "G2")],
+            "header": ["mechanism", "keys compete", "final loss SGD / EM-like (nats)", "speedup (95% CI)",
+                       "excess over identical arms (95% CI)", "held-out KL to Bayes, EM-like (bits)",
+                       "tunnel KL, SGD (bits, 95% CI)", "tunnel KL, EM-like (bits, 95% CI)",
+                       "E4: frame settles first", "step time / softmax's"],
+            "rows": rows, "figures": ["mechanism_grid"]}
+
+
 # The paper's conjecture, as the mechanism table's questions (derive/mechanisms/questions.py): a mechanism routes
 # like softmax attention when (a)-(d) hold. The LaTeX is a fallback where results.json lacks a question's own.
 CONJECTURE = (("a", "advantage", "routes by advantage", r"\frac{\partial L}{\partial s_{ij}} = w_{ij}\big(b_{ij}-\sum_k w_{ik}b_{ik}\big)"),
@@ -563,6 +620,7 @@ def context(results):
         "fresh_summary": fresh_summary(claims, results.get("experiments", {})),
         "typicality": typicality_view(results.get("experiments", {})), "extended_howto": EXTENDED_HOWTO,
         "deep": deep_view(results.get("experiments", {}), claims), "mech": mechanisms_view(results),
+        "grid": grid_view(results.get("experiments", {}), claims),
         "stages": results.get("stages", {}), "derive": results.get("derive", {}),
         "commands": [f"python -m derive.all{' --quick' if env.get('profile') == 'quick' else ''} --out DIR",
                      "python -m reports.render DIR", "pip install torch==2.13.0 -e '.[test]' && pytest"],
