@@ -28,3 +28,15 @@ def fail_first(seed: int, marker: str):
         path.write_text("attempted")
         raise RuntimeError("a transient failure")
     return {"seed": seed, "attempts": 2}
+
+
+def die_first(seed: int, marker: str):
+    """Kills its worker process on its first attempt (a marker file remembers it): a worker lost mid-campaign."""
+    import os
+    from pathlib import Path
+
+    path = Path(marker)
+    if not path.exists():
+        path.write_text("killed")
+        os._exit(1)
+    return {"seed": seed, "after_a_lost_worker": True}

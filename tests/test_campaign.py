@@ -69,3 +69,18 @@ def test_a_running_cluster_is_used_by_address():
         assert out.scheduler == cluster.scheduler_address and out.workers == 1
         assert out.results == [campaign_tasks.draw(0), campaign_tasks.draw(1)]
         assert len(cluster.scheduler_info["workers"]) == 1  # still up
+
+
+@pytest.mark.slow
+def test_a_lost_worker_loses_no_finished_task(tmp_path):
+    """A worker process dies mid-campaign: Dask reruns its task elsewhere (the nanny restarts the worker), the tasks
+    finished before it are in the cache, and the campaign completes with every result."""
+    cache = tmp_path / "cache"
+    tasks = [*TASKS[:3], campaign.Task("dies once", campaign_tasks.die_first, (7, str(tmp_path / "marker"))), *TASKS[3:]]
+    out = campaign.run(tasks, workers=2, cache_dir=cache, log=lambda *a: None)
+    assert (tmp_path / "marker").exists() and not out.failed and out.computed == len(tasks)
+    assert out.results[3] == {"seed": 7, "after_a_lost_worker": True}
+    assert [r for i, r in enumerate(out.results) if i != 3] == [campaign_tasks.draw(s) for s in range(6)]
+    assert len(list(cache.glob("*.json"))) == len(tasks)  # every finished task written as it arrived
+    again = campaign.run(tasks, workers=2, cache_dir=cache, log=lambda *a: None)
+    assert again.cached == len(tasks) and again.results == out.results
