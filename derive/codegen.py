@@ -9,11 +9,13 @@ each output, is read off the registry (`derive.kernels`). The output is
 `numeric/generated/attention.py`, with a MANIFEST naming the function that checks each identity
 and mutant.
 
-Each routing mechanism (derive/mechanisms/) with attention's kernel shape gets its own kernels in
-`numeric/generated/mechanisms.py` (`emit_mechanisms`): the model at `Setting(..., mechanism=name)`, dS
-by the mechanism's proved routing form, dQ and dK by the chain rule through its score (differentiated
-here, symbolically), dV by the content form, and a dS kernel per routing mutant; MECHANISMS names them
-by mechanism, kind and variant, so a new mechanism file gets kernels by regeneration alone (and one
+Each routing mechanism (derive/mechanisms/) with a kernel shape (derive.kernels.kernel_shape) gets its own
+kernels in `numeric/generated/mechanisms.py` (`emit_mechanisms`): the model at `Setting(level, ...,
+mechanism=name)` at the level where its inputs are leaves (attention: q, k, v; a cell: its logits A and
+contents H; a router: X, WR, WE), dS by the mechanism's proved routing form, its content leaf's gradient by
+the content form (dV, dH, dWE), every other input's by the chain rule through its logits and content
+(differentiated here, symbolically), and a dS kernel per routing mutant; MECHANISMS names them by mechanism,
+kind and variant, RETURNS their outputs, so a new mechanism file gets kernels by regeneration alone (and one
 registered at run time by `numeric.mechanisms.generated_module`). The codegen stage checks both files.
 """
 from __future__ import annotations
@@ -27,7 +29,16 @@ import sympy as sp
 
 from derive import claims as registry
 from derive.general import GeneralBackend, free_symbols
-from derive.kernels import MATERIALISE, VARIANTS, Kernel, api_kernels, check_kernels, kernel_form, mechanism_kernels
+from derive.kernels import (
+    MATERIALISE,
+    MECHANISM_API,
+    Kernel,
+    api_kernels,
+    check_kernels,
+    kernel_shape,
+    mechanism_kernels,
+    mechanism_outputs,
+)
 from derive.model import LEAVES, Setting
 from derive.sumform import UnsupportedNode
 from derive.torch_printer import PATTERNS, TorchPrinter, align
@@ -38,6 +49,14 @@ COMMAND = "python -m derive.codegen --write"
 ARG_NAMES = {"U": "u", "WO": "w_o", "Y": "y", "X": "x", "WQ": "w_q", "WK": "w_k", "WV": "w_v", "M": "mask",
              "Delta": "delta", "R": "other_logits", "c": "scale", "eta": "eta", "beta": "beta"}
 SCALAR_ARGS = ("c", "eta", "beta")  # scalars a kernel may take (beta: a mechanism's free bias)
+
+
+def arg_name(label):
+    """A leaf's name in generated code: ARG_NAMES, else an upper-case leaf in snake case as W_Q is (a mechanism's own
+    WR -> w_r, A -> a), else the label itself (ell, grad_q)."""
+    if label in ARG_NAMES:
+        return ARG_NAMES[label]
+    return "_".join(label.lower()) if label.isupper() else label
 
 
 class CodegenBackend(GeneralBackend):
@@ -119,6 +138,14 @@ class CodegenBackend(GeneralBackend):
             inside = [f for f in inside if self._is_number(f)]
             for group in groups.values():
                 inside.append(self._temporary(sp.Mul(*group)) if len(group) > 1 else group[0])
+        elif (len(tensors) == 2 and self.index_dims.get(k) in self.mechanism.dims
+              and all(isinstance(f, sp.Indexed) for f in tensors)):
+            # a sum over a mechanism's own few options (a cell's 2, a router's E) of two entries, one reading every
+            # index of the other (sum_o w_io H_ioa): their broadcast product, then a sum, rather than a batched
+            # matrix product of one tiny matrix per position
+            reads = [frozenset(x for x in free_symbols(f) if x in self.index_dims) for f in tensors]
+            if reads[0] < reads[1] or reads[1] < reads[0]:
+                inside = [f for f in inside if self._is_number(f)] + [self._temporary(sp.Mul(*tensors))]
         return sp.Mul(*outside) * sp.Sum(sp.Mul(*inside), limit)
 
     def _temporary(self, product):
@@ -153,6 +180,8 @@ def resolve_deltas(e):
 
 
 def _resolve_sum(body, limit):
+    if body == 0:  # a term of the chain rule through what does not read the leaf (sympy keeps Sum(0))
+        return sp.S.Zero
     if not body.atoms(sp.KroneckerDelta):
         return sp.Sum(body, limit)
     return sp.Add(*[_resolve_term(term, limit) for term in sp.Add.make_args(sp.expand_mul(body, deep=False))])
@@ -213,18 +242,26 @@ def _emit_kernel(kernel: Kernel) -> str:
     results = []
     for out in kernel.outputs:
         ix = m.free_indices(out.dims)
-        results.append((out, tuple(ix), out.build(m, *ix)))
+        expr = out.build(m, *ix)
+        if kernel.symbolic:  # a closed form returned as it is (an options mechanism's dX, dH): planned like a line
+            expr = m._plan(resolve_deltas(sp.sympify(expr)))
+        results.append((out, tuple(ix), expr))
     leaves = m.leaves() if hasattr(m, "leaves") else LEAVES
     if kernel.symbolic:
         results = _share_leaf_functions(m, results, leaves)
+        leaves = {**leaves, "M": ("n", m.mechanism.axis)}  # the mask pattern reads (position, option)
     names = _names(m, results)
     sizes = _sizes(names["__args__"], m.quantity_dims, leaves)
-    printer = TorchPrinter({k: v for k, v in names.items() if k != "__args__"}, sizes["code"], m.index_dims)
+    bound = {k: v for k, v in names.items() if k != "__args__"}
+    own = {d: name for d, name in _size_names(m).items() if d in m.mechanism.dims}
+    bound.update({name: sizes["code"][d] for d, name in own.items() if d in sizes["code"]})  # E -> e_size
+    printer = TorchPrinter(bound, sizes["code"], m.index_dims)
     printer.positive_reciprocal = kernel.symbolic
     printer.positive_labels = {name for name, _, expr in m.lines if isinstance(expr, sp.exp)}
     body = []
     last_use = _last_uses(m.lines, results)
-    temporaries = {name for name, _, _ in m.lines}  # never an argument: inputs are not overwritten
+    # never an argument, nor a line that only renames one (a cell's logits s = A): inputs are not overwritten
+    temporaries = {name for name, _, expr in m.lines if not (isinstance(expr, sp.Indexed) and str(expr.base.label) in leaves)}
     for t, (name, fresh, expr) in enumerate(m.lines):
         dead = {label for label, last in last_use.items() if last == t and label in temporaries}
         code = _inplace(printer, expr, fresh, dead, split=kernel.symbolic)
@@ -378,7 +415,7 @@ def _names(m, results):
     names = {label: label for label in defined}
     args = []
     for label in sorted(labels - defined, key=_arg_rank):
-        code = ARG_NAMES.get(label, label)
+        code = arg_name(label)
         names[label] = code
         args.append((label, code))
     for s in sorted(scalars):
@@ -400,10 +437,16 @@ def _sizes(args, quantity_dims, leaves=LEAVES):
     return {"code": code, "lines": lines}
 
 
-def _shape(ix, m):
+def _size_names(m):
+    """dim -> the name of its size symbol: the model's (SIZE_NAMES) and a mechanism's own free dims (experts: E)."""
     from derive.general import SIZE_NAMES
 
-    return "(..." + "".join(", " + SIZE_NAMES[m.dim_of(i)] for i in ix) + ")"  # ...: the batch dims
+    return {**SIZE_NAMES, **{d: str(v) for d, v in m.sizes.items() if isinstance(v, sp.Symbol) and d not in SIZE_NAMES}}
+
+
+def _shape(ix, m):
+    names = _size_names(m)
+    return "(..." + "".join(", " + names.get(m.dim_of(i), str(m.sizes[m.dim_of(i)])) for i in ix) + ")"  # ...: batch dims
 
 
 def _assemble(kernel, args, sizes, body, returned):
@@ -465,11 +508,13 @@ MECHANISM_HEADER = f'''# GENERATED FILE: do not edit. Regenerate with `{COMMAND}
 # Emitted by derive/codegen.py from the routing mechanisms (derive/mechanisms/: each one's score, weight, proved
 # routing form and mutants; derive/kernels.py: which kernels), the same SymPy objects the derivation engine proves.
 # The codegen stage fails when this file differs from a fresh emission.
-"""Torch kernels of every routing mechanism with attention's shape (weights over keys from logits of q and k, mixing
-v), generated from its closed forms (see derive/codegen.py). MECHANISMS[name][kind][variant] names each kernel
-(kinds: derive.kernels.MECHANISM_API; variants: masked, unmasked), MUTANTS each routing mutant's dS kernel, and
-UNEMITTED says why a mechanism or mutant has none. The mask is a 0/1 float tensor broadcastable to (..., n, n), 1 where
-query i may attend to key j."""
+"""Torch kernels of every routing mechanism with a kernel shape, generated from its closed forms (see derive/codegen.py):
+attention's (weights over keys from logits of q and k, mixing v) and the options shape (weights over the mechanism's
+own options from its logits, mixing each option's own content: a gate's or a cell's inputs, a router's experts).
+MECHANISMS[name][kind][variant] names each kernel (kinds: derive.kernels.MECHANISM_API; variants: masked, unmasked),
+RETURNS its outputs, MUTANTS each routing mutant's dS kernel, and UNEMITTED says why a mechanism or mutant has none.
+The mask is a 0/1 float tensor broadcastable to (..., n, n), 1 where query i may attend to key j; for a router,
+(..., n, E), 1 where token i selected expert e."""
 import torch
 
 from numeric.generated.attention import _recip, _softmax, _softmax_  # noqa: F401  (the helpers the kernels share)
@@ -536,16 +581,20 @@ def _manifest(checks, unemitted):
 
 
 def emit_mechanisms(names=None) -> str:
-    """The mechanisms' module: every built-in mechanism (or those called `names`, registered ones included) with
-    attention's kernel shape gets the kernels of derive.kernels.MECHANISM_API, masked and unmasked, and each of its
-    routing mutants a dS kernel; MECHANISMS and MUTANTS name them, UNEMITTED says why a mechanism (no kernel shape,
-    a closed form the printer refuses) or a mutant (another question's, or its form refused) has none."""
+    """The mechanisms' module: every built-in mechanism (or those called `names`, registered ones included) with a
+    kernel shape (derive.kernels.kernel_shape: attention's, or the options shape of a gate, a cell or a router) gets the
+    kernels of derive.kernels.MECHANISM_API per variant of its shape, and each of its routing mutants a dS kernel;
+    MECHANISMS and MUTANTS name them, RETURNS names each kind's outputs, UNEMITTED says why a mechanism (no kernel
+    shape, a closed form the printer refuses) or a mutant (another question's, or its form refused) has none."""
     from derive import mechanisms
 
     mechs = mechanisms.builtin() if names is None else [mechanisms.get(n) for n in names]
-    parts, table, mutants, unemitted = [], {}, {}, {}
+    parts, table, returns, mutants, unemitted = [], {}, {}, {}, {}
     for mech in mechs:
-        why = kernel_form(mech)
+        try:
+            shape, why = kernel_shape(mech)
+        except MECHANISM_FAILURES as exc:
+            shape, why = None, f"its kernel shape: {type(exc).__name__}: {exc}"
         emitted = {}
         for kernel in () if why else mechanism_kernels(mech):
             try:
@@ -564,15 +613,19 @@ def emit_mechanisms(names=None) -> str:
             parts.append(code)
             if len(key) == 3:
                 table.setdefault(mech.name, {}).setdefault(key[1], {})[key[2]] = kernel.name
+        returns[mech.name] = {api.kind: list(mechanism_outputs(shape, api)) for api in MECHANISM_API}
         for mutant in mech.mutants:
             if mutant.question != "routing":
                 unemitted[mutant.id] = (f"a mutant of the {mutant.question} question: only routing mutants (a closed form "
                                         "of dS) have a kernel")
             elif mutant.id not in unemitted:
                 mutants[mutant.id] = {"mechanism": mech.name, "question": mutant.question,
-                                      **{v: emitted[mutant.id, v][0].name for v in VARIANTS}}
-    manifest = ["# Each mechanism's kernels: MECHANISMS[name][kind][variant] -> the function's name.",
+                                      **{v: emitted[mutant.id, v][0].name for v in shape.variants}}
+    manifest = ["# Each mechanism's kernels: MECHANISMS[name][kind][variant] -> the function's name. A mechanism whose weights",
+                "# read no mask (a cell's gates) has one variant, unmasked: its masked kernels would be the same functions.",
                 "MECHANISMS = " + json.dumps(table, indent=4),
+                "# What each kind of kernel returns, in order (dS: dL/d its logits; d<leaf>: the gradient of an input).",
+                "RETURNS = " + json.dumps(returns, indent=4),
                 "# Each routing mutant's dS kernel (a wrong closed form in place of the routing form), per variant.",
                 "MUTANTS = " + json.dumps(mutants, indent=4),
                 "# Mechanisms and mutants with no kernels, and why.",

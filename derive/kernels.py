@@ -6,13 +6,18 @@ the kernel (`Identity.kernels`, `Identity.output`), and a quantity may be comput
 identity's closed side instead of its definition (`Identity.replaces`). Every identity and equality
 mutant also gets a check kernel returning (derived side, closed side). `derive.codegen` emits them.
 
-Each routing mechanism with attention's kernel shape (`kernel_form`) gets the kernels of `MECHANISM_API`,
-computed by `mechanism_rewrites` (its routing form for dS, the fused baseline, the chain rule through its
-score for dQ and dK), which `mechanism_identities` states as proof obligations at `mechanism=name`.
+Each routing mechanism with a kernel shape (`kernel_shape`: attention's, weights over keys from logits of q and k
+mixing v; or the options shape, weights over the mechanism's own options from its logit leaf mixing each option's
+own content, read off its `axis`, `dims`, `logit_leaf`, `content` and `content_spec`) gets the kernels of
+`MECHANISM_API`, computed by `mechanism_rewrites` (its routing form for dS, the content form for its content leaf,
+the chain rule through its logits and content for every other input, attention's fused baseline), which
+`mechanism_identities` states as proof obligations at `mechanism=name`.
 """
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+
+import sympy as sp
 
 from derive import claims as registry
 
@@ -170,10 +175,14 @@ def _pair_kernel(name, identity, derived, closed, doc, key):
 
 
 # -- the kernels of a routing mechanism (derive.mechanisms): numeric/generated/mechanisms.py -----------------------
+GRADS = "*grads"  # in MechanismApi.outputs: the gradients of the kernel's inputs (KernelShape.grads), in order
+
+
 @dataclass(frozen=True)
 class MechanismApi:
-    """One kind of mechanism kernel: its outputs in return order (model quantities at level qk) and the
-    quantities given as inputs. Each is emitted masked and unmasked, `<mechanism>_<kind>_<masked|unmasked>`."""
+    """One kind of mechanism kernel: its outputs in return order (GRADS: the gradients of the kernel's inputs) and the
+    quantities given as inputs; `doc` a template filled from the mechanism's KernelShape. Each is emitted per variant
+    of the shape, `<mechanism>_<kind>_<masked|unmasked>`."""
 
     kind: str
     doc: str
@@ -182,18 +191,76 @@ class MechanismApi:
 
 
 MECHANISM_API = (
-    MechanismApi("scores", "The routing logits s (the mechanism's score of q_i and k_j).", ("s",)),
-    MechanismApi("forward", "The forward: the weights w and o = w v.", ("alpha", "o")),
-    MechanismApi("backward", "The backward from q, k, v and u = dL/do: the weights, dL/ds by the mechanism's proved "
-                 "routing form, dQ and dK by the chain rule through its score, dV by responsibility-weighted content.",
-                 ("alpha", "dS", "dQ", "dK", "dV")),
+    MechanismApi("scores", "The routing logits s ({logits}).", ("s",)),
+    MechanismApi("forward", "The forward: the weights w and {mix}.", ("alpha", "o")),
+    MechanismApi("backward", "The backward from {inputs} and u = dL/do: the weights, dL/ds by the mechanism's proved "
+                 "routing form{grads}.", ("alpha", "dS", GRADS)),
     MechanismApi("backward_from_forward", "The backward reusing the forward's weights and o (the module's backward).",
-                 ("dS", "dQ", "dK", "dV"), ("alpha", "o")),
+                 ("dS", GRADS), ("alpha", "o")),
 )
-# The index ranges of the quantities a mechanism kernel returns.
-MECHANISM_QUANTITIES = {"s": ("n", "n"), "alpha": ("n", "n"), "o": ("n", "dv"), "dS": ("n", "n"), "dQ": ("n", "dk"),
-                        "dK": ("n", "dk"), "dV": ("n", "dv")}
 VARIANTS = ("masked", "unmasked")
+# The levels at which a mechanism's kernel may take its inputs, in order of preference: the first at which every leaf
+# its logits and content read is free (attention: q, k, v; a router: the tokens and the router's and experts'
+# weights; a cell: its logits and contents, free at the scores level).
+KERNEL_LEVELS = ("qk", "params", "scores")
+
+
+@dataclass(frozen=True)
+class Grad:
+    """One gradient a mechanism's backward returns: dL/d`leaf` (index ranges `dims`) as the output `name`, computed by
+    responsibility-weighted content (`form` "content": the content question's closed form) or by the chain rule
+    through the logits and the content ("chain", the routing form read off the dS line)."""
+
+    name: str
+    leaf: str
+    dims: tuple
+    form: str
+
+
+@dataclass(frozen=True)
+class KernelShape:
+    """What a mechanism's kernels read and return: the level at which their inputs are leaves, what the weights range
+    over (`axis`: keys n, or the mechanism's own options), the inputs in order, the gradients of the inputs the
+    backward returns (the logit leaf's, when it is an input, is dS itself), whether the weights read a mask (else one
+    variant, unmasked: a masked kernel would be the same function), and the docs' words."""
+
+    level: str
+    axis: str
+    inputs: tuple
+    logit_inputs: tuple  # the inputs the logits read (the scores kernel's)
+    grads: tuple
+    masked: bool
+    logits: str
+    mix: str
+    fused_baseline: bool = False  # attention's: sum_k w_ik b_ik = u_i . o_i spares an n x n pass
+
+    @property
+    def variants(self):
+        return VARIANTS if self.masked else ("unmasked",)
+
+    def dims(self, name):
+        """The index ranges of a kernel output."""
+        for g in self.grads:
+            if g.name == name:
+                return g.dims
+        return {"o": ("n", "dv")}.get(name, ("n", self.axis))
+
+    def doc(self, api, mechanism):
+        chain = [g.name for g in self.grads if g.form == "chain"]
+        content = [g.name for g in self.grads if g.form == "content"]
+        grads = f" (dL/d{mechanism.logit_leaf}, its logits an input)" if mechanism.logit_leaf in self.inputs else ""
+        if chain:
+            through = "score" if mechanism.content is None else "logits and content"
+            grads += f", {' and '.join(chain)} by the chain rule through its {through}"
+        if content:
+            grads += f", {' and '.join(content)} by responsibility-weighted content"
+        return api.doc.format(logits=self.logits, mix=self.mix, inputs=", ".join(self.inputs), grads=grads)
+
+
+ATTENTION_SHAPE = KernelShape(
+    "qk", "n", ("q", "k", "v"), ("q", "k"),
+    (Grad("dQ", "q", ("n", "dk"), "chain"), Grad("dK", "k", ("n", "dk"), "chain"), Grad("dV", "v", ("n", "dv"), "content")),
+    True, "the mechanism's score of q_i and k_j", "o = w v", fused_baseline=True)
 
 
 @dataclass(frozen=True)
@@ -207,96 +274,183 @@ class Rewrite:
 
 
 def kernel_form(mechanism) -> str:
-    """'' when the mechanism has attention's kernel shape: weights over the keys from logits s_ij of q_i and k_j,
-    mixing the values v_j, no index range of its own; else why it has no kernel of q, k, v (read defensively:
-    fields a mechanism of this version may not have take attention's values)."""
+    """'' when the mechanism has kernels (`kernel_shape`), else why not."""
+    return kernel_shape(mechanism)[1]
+
+
+def kernel_shape(mechanism):
+    """(KernelShape, '') or (None, why the mechanism has no kernels). Attention's shape: weights over the keys from
+    logits s_ij of q_i and k_j, mixing the values v_j, no index range of its own. The options shape: weights over the
+    mechanism's own dim (`axis`, one of `dims`) from its logit leaf, mixing each option's own content (`content`, whose
+    content question is `content_spec`), at the first of KERNEL_LEVELS where every leaf they read is free. Fields a
+    mechanism of an older version may not have are read defensively, with attention's values."""
     axis = getattr(mechanism, "axis", "n")
     if axis != "n":
-        return f"its weights range over its own options ({axis}), not over keys: no kernel of q, k, v"
+        return _options_shape(mechanism, axis)
     if getattr(mechanism, "content", None) is not None:
-        return "its options offer their own content, not the values v_j: no kernel of q, k, v"
+        return None, "its options offer their own content, not the values v_j: no kernel of q, k, v"
     if getattr(mechanism, "logit_leaf", "s") != "s":
-        return f"its logits are the leaf {mechanism.logit_leaf}, not a score of q and k: no kernel of q, k, v"
+        return None, f"its logits are the leaf {mechanism.logit_leaf}, not a score of q and k: no kernel of q, k, v"
     if getattr(mechanism, "dims", None):
-        return f"it has index ranges of its own ({', '.join(mechanism.dims)}): no kernel of q, k, v"
-    return ""
+        return None, f"it has index ranges of its own ({', '.join(mechanism.dims)}): no kernel of q, k, v"
+    return ATTENTION_SHAPE, ""
+
+
+def _options_shape(mechanism, axis):
+    from derive.general import GeneralBackend
+    from derive.model import LEAVES, LEVELS, Setting, ShapeError
+
+    if axis not in getattr(mechanism, "dims", {}):
+        return None, f"its weights range over {axis}, which is not one of its own dims: no kernel"
+    if getattr(mechanism, "content", None) is None:
+        return None, f"its options ({axis}) offer no content of their own (Mechanism.content): no kernel"
+    logit, spec = mechanism.logit_leaf, mechanism.content_spec
+    if logit not in LEVELS["scores"] and "scores" not in mechanism.free.get(logit, ()):
+        return None, f"its logit leaf {logit} is not free at the scores level, where its routing form is proved"
+    order = list(LEAVES)
+
+    def reads(expr):  # the leaves an expression reads, the model's in LEAVES order, then the mechanism's by name
+        labels = {str(x.base.label) for x in sp.sympify(expr).atoms(sp.Indexed)} - {"M", "U"}
+        return sorted(labels, key=lambda x: (order.index(x) if x in order else len(order), x))
+
+    for level in KERNEL_LEVELS:
+        m = GeneralBackend(Setting(level, "linear", True, mechanism=mechanism.name), f"the kernels of {mechanism.name}")
+        i, j, a = m.free_indices(("n", axis, "dv"))
+        try:
+            logits, content, weights = reads(m.s(i, j)), reads(m.content(i, j, a)), m.alpha(i, j)
+        except ShapeError:
+            continue
+        inputs = tuple(logits + [x for x in content if x not in logits])
+        if not all(m._is_free(x) for x in inputs):
+            continue
+        beside = [x for x in reads(weights) if x not in logits]
+        if beside:  # the chain rule reads the weights' dependence on the inputs off the logits alone
+            return None, f"its weights read {', '.join(beside)} besides its logits: no chain rule through the logits"
+        leaves = m.leaves()
+        if spec.leaf not in inputs or tuple(spec.unit + spec.comps) != tuple(leaves[spec.leaf]):
+            return None, (f"its content question's leaf {spec.leaf} (ranges {spec.unit + spec.comps}) is not an input of "
+                          f"its content at level {level}: no content form for its backward")
+        grads = tuple(Grad(f"d{x}", x, tuple(leaves[x]), "content" if x == spec.leaf else "chain")
+                      for x in inputs if x != logit)
+        masked = "M" in {str(x.base.label) for x in sp.sympify(weights).atoms(sp.Indexed)}
+        given = "given" if logit in inputs else "from " + ", ".join(logits)
+        return KernelShape(level, axis, inputs, tuple(logits), grads, masked, f"its logits {logit} over {axis}, {given}",
+                           f"o_i = sum_{axis} w_i{axis} c_i{axis}, each option's content c from {', '.join(content)}"), ""
+    return None, (f"no level ({', '.join(KERNEL_LEVELS)}) at which every leaf its logits and content read is free: "
+                  "no kernel of its inputs")
 
 
 def chain_rule(mechanism, leaf, routing):
-    """dL/dq_ia = sum_lj routing_lj ds_lj/dq_ia (dL/dk_ja likewise): the chain rule through the mechanism's score,
-    which is all of the weights' dependence on q and k (a weight reads the logits, never q or k). The derivative
-    of the score is the model's own (`m.grad`): symbolic in the code generator, by each proof path's backend."""
-    score = mechanism.score
+    """dL/dx = sum_ij routing_ij ds_ij/dx + sum_ija w_ij u_ia dc_ija/dx for an entry x of `leaf`: the chain rule through
+    the mechanism's logits s_ij (its score; i over positions, j over its axis) and, when its options offer content of
+    their own, through the content c_ija (dL/dc_ija = w_ij u_ia). The weights read the logits, never the leaves
+    directly, so that is all of the loss's dependence on the leaf outside the content. The derivatives of the score and
+    the content are the model's own (`m.grad`): symbolic in the code generator, by each proof path's backend."""
+    score, content = mechanism.score, mechanism.content
+    axis = getattr(mechanism, "axis", "n")
 
-    def closed(m, r, a):
-        return m.sum("n", lambda i: m.sum("n", lambda j: routing(m, i, j) * m.grad(score(m, i, j), leaf, r, a)))
+    def closed(m, *ix):
+        total = m.sum("n", lambda i: m.sum(axis, lambda j: routing(m, i, j) * m.grad(score(m, i, j), leaf, *ix)))
+        if content is None:
+            return total
+        return total + m.sum("n", lambda i: m.sum(axis, lambda j: m.sum(
+            "dv", lambda a: m.alpha(i, j) * m.u(i, a) * m.grad(content(m, i, j, a), leaf, *ix))))
     return closed
+
+
+def _shape_of(name):
+    from derive import mechanisms
+
+    mech = mechanisms.get(name)
+    shape, why = kernel_shape(mech)
+    if shape is None:
+        raise ValueError(f"mechanism {name} has no kernels: {why}")
+    return mech, shape
 
 
 def mechanism_identities(name):
     """What a mechanism's kernels compute by, as proof obligations at `mechanism=name`: its routing form (dS, the
-    routing question of derive.mechanisms.questions), responsibility-weighted content (dV, the content question),
-    the fused baseline sum_k w_ik b_ik = u_i . o_i (o_i = sum_k w_ik v_k for every such mechanism) and the chain
-    rule through the score (dQ, dK; a first derivative read through m.grad, so proved at the full loss)."""
-    from derive import mechanisms
+    routing question of derive.mechanisms.questions, at the scores level where its logits are free), the content form
+    for its content leaf (dV for attention, the content question at the kernel's level), the chain rule through its
+    logits and content for every other input (dQ and dK; a first derivative read through m.grad, so proved at the
+    full loss) and, for attention's shape, the fused baseline sum_k w_ik b_ik = u_i . o_i. Keyed by the quantity."""
     from derive.claim import Identity
 
-    mech = mechanisms.get(name)
-    return {
-        "dS": Identity("routing", ("n", "n"), "scores", lambda m, i, j: m.derived_grad("s", i, j), mech.routing,
-                       mech.routing_latex, mechanism=name),
-        "dV": Identity("content", ("n", "dv"), "qk", lambda m, j, a: m.derived_grad("v", j, a),
-                       lambda m, j, a: m.dV(j, a), r"\frac{\partial L}{\partial v_j}=\sum_i w_{ij}u_i", mechanism=name),
-        "baseline": Identity("fused baseline", ("n",), "qk", lambda m, i: m.baseline(i), lambda m, i: m.baseline_fused(i),
-                             r"\sum_k w_{ik}b_{ik}=u_i\cdot o_i", mechanism=name),
-        "dQ": Identity("chain rule dQ", ("n", "dk"), "qk", lambda m, i, a: m.derived_grad("q", i, a),
-                       chain_rule(mech, "q", mech.routing),
-                       r"\frac{\partial L}{\partial q_i}=\sum_j \frac{\partial L}{\partial s_{ij}}"
-                       r"\frac{\partial s_{ij}}{\partial q_i}", mechanism=name),
-        "dK": Identity("chain rule dK", ("n", "dk"), "qk", lambda m, j, a: m.derived_grad("k", j, a),
-                       chain_rule(mech, "k", mech.routing),
-                       r"\frac{\partial L}{\partial k_j}=\sum_i \frac{\partial L}{\partial s_{ij}}"
-                       r"\frac{\partial s_{ij}}{\partial k_j}", mechanism=name),
-    }
+    mech, shape = _shape_of(name)
+    logit, spec = mech.logit_leaf, mech.content_spec
+    out = {"dS": Identity("routing", ("n", shape.axis), "scores", lambda m, i, j: m.derived_grad(logit, i, j),
+                          mech.routing, mech.routing_latex, mechanism=name)}
+    for g in shape.grads:
+        if g.form == "content":
+            out[g.name] = Identity("content", g.dims, shape.level, lambda m, *ix, x=g.leaf: m.derived_grad(x, *ix),
+                                   spec.closed, rf"\frac{{\partial L}}{{\partial {g.leaf}}}"
+                                   r"=\textstyle\sum_i w_{ij}u_i\ \text{(its content form)}", mechanism=name)
+        else:
+            through = "" if mech.content is None else r"+\sum_{ija}w_{ij}u_{ia}\frac{\partial c_{ija}}{\partial %s}" % g.leaf
+            out[g.name] = Identity(f"chain rule {g.name}", g.dims, shape.level,
+                                   lambda m, *ix, x=g.leaf: m.derived_grad(x, *ix), chain_rule(mech, g.leaf, mech.routing),
+                                   rf"\frac{{\partial L}}{{\partial {g.leaf}}}=\sum_{{ij}}\frac{{\partial L}}{{\partial s_{{ij}}}}"
+                                   rf"\frac{{\partial s_{{ij}}}}{{\partial {g.leaf}}}" + through, mechanism=name)
+    if shape.fused_baseline:
+        out["baseline"] = Identity("fused baseline", ("n",), shape.level, lambda m, i: m.baseline(i),
+                                   lambda m, i: m.baseline_fused(i), r"\sum_k w_{ik}b_{ik}=u_i\cdot o_i", mechanism=name)
+    return out
 
 
 def _routing_line(m, i, j):
     return m.dS(i, j)
 
 
-def mechanism_rewrites(mechanism):
-    """The closed forms the kernels compute by: dS by the routing form, the baseline fused, dQ and dK by the chain
-    rule read off the dS line (the routing form, proved equal to dL/ds: `mechanism_identities`). dV is the model's
-    own definition, the content form."""
-    return {
-        "dS": Rewrite("dS", mechanism.routing, f"the routing form of {mechanism.name}"),
-        "baseline": Rewrite("baseline", lambda m, i: m.baseline_fused(i), "the fused baseline u . o"),
-        "dQ": Rewrite("dQ", chain_rule(mechanism, "q", _routing_line), "the chain rule through the score"),
-        "dK": Rewrite("dK", chain_rule(mechanism, "k", _routing_line), "the chain rule through the score"),
-    }
+def mechanism_rewrites(mechanism, shape=None):
+    """The closed forms the kernels compute by: dS by the routing form, the chain rule for every input but the content
+    leaf read off the dS line (the routing form, proved equal to dL/ds: `mechanism_identities`), and for attention's
+    shape the baseline fused. The content leaf's gradient is the content form (for attention the model's own
+    definition of dV, a quantity of its own: no rewrite)."""
+    shape = shape or kernel_shape(mechanism)[0]
+    out = {"dS": Rewrite("dS", mechanism.routing, f"the routing form of {mechanism.name}")}
+    if shape.fused_baseline:
+        out["baseline"] = Rewrite("baseline", lambda m, i: m.baseline_fused(i), "the fused baseline u . o")
+    for g in shape.grads:
+        if g.form == "chain":
+            out[g.name] = Rewrite(g.name, chain_rule(mechanism, g.leaf, _routing_line), "the chain rule through the score")
+        elif g.name not in MATERIALISE:
+            out[g.name] = Rewrite(g.name, mechanism.content_spec.closed, "responsibility-weighted content")
+    return out
 
 
-def _output(name):
-    return Output(name, lambda m, *ix, q=name: getattr(m, q)(*ix), MECHANISM_QUANTITIES[name])
+def _output(name, shape=ATTENTION_SHAPE, rewrites=None):
+    """A kernel output: the model's own quantity where it has one with its own line (alpha, dS, dQ, ...: MATERIALISE,
+    computed by the rewrites), else the rewrite's closed form (an options mechanism's dX, dH, ...)."""
+    if name in MATERIALISE:
+        return Output(name, lambda m, *ix, q=name: getattr(m, q)(*ix), shape.dims(name))
+    return Output(name, rewrites[name].closed, shape.dims(name))
+
+
+def mechanism_outputs(shape, api):
+    """The names a kernel of kind `api` returns, in order (GRADS expanded)."""
+    return tuple(x for o in api.outputs for x in ([g.name for g in shape.grads] if o == GRADS else [o]))
 
 
 def mechanism_kernels(mechanism):
-    """Every kernel of one mechanism (MECHANISM_API, masked and unmasked) and one per routing mutant (its dS, the
+    """Every kernel of one mechanism (MECHANISM_API, per variant of its shape) and one per routing mutant (its dS, the
     mutant's closed form in place of the routing form), keyed (mechanism, kind, variant) and (mutant id, variant)."""
-    rewrites = mechanism_rewrites(mechanism)
+    shape, why = kernel_shape(mechanism)
+    if shape is None:
+        raise ValueError(f"mechanism {mechanism.name} has no kernels: {why}")
+    rewrites = mechanism_rewrites(mechanism, shape)
     out = []
     for api in MECHANISM_API:
-        outputs = tuple(_output(o) for o in api.outputs)
-        for variant in VARIANTS:
-            out.append(Kernel(f"{mechanism.name}_{api.kind}_{variant}", f"{mechanism.title}: {api.doc}", "qk", "linear",
-                              variant == "masked", outputs, api.inputs, rewrites, (mechanism.name, api.kind, variant),
-                              mechanism=mechanism.name, symbolic=True))
+        outputs = tuple(_output(o, shape, rewrites) for o in mechanism_outputs(shape, api))
+        for variant in shape.variants:
+            out.append(Kernel(f"{mechanism.name}_{api.kind}_{variant}", f"{mechanism.title}: {shape.doc(api, mechanism)}",
+                              shape.level, "linear", variant == "masked", outputs, api.inputs, rewrites,
+                              (mechanism.name, api.kind, variant), mechanism=mechanism.name, symbolic=True))
     for mutant in mechanism.mutants:
         if mutant.question != "routing":
             continue
         wrong = {**rewrites, "dS": Rewrite("dS", mutant.closed, f"negative control {mutant.id}")}
-        for variant in VARIANTS:
+        for variant in shape.variants:
             out.append(Kernel(_fn_name("mutant", mutant.id, variant), f"negative control {mutant.id}: {mutant.description} "
-                              "(dS by the wrong form).", "qk", "linear", variant == "masked", (_output("dS"),), (), wrong,
-                              (mutant.id, variant), mechanism=mechanism.name, symbolic=True))
+                              "(dS by the wrong form).", shape.level, "linear", variant == "masked", (_output("dS", shape),),
+                              (), wrong, (mutant.id, variant), mechanism=mechanism.name, symbolic=True))
     return out

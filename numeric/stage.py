@@ -75,9 +75,10 @@ class NumericStage:
 
     def mechanisms(self):
         """Each routing mechanism's generated kernels (numeric/generated/mechanisms.py) against autograd through its
-        plain-torch reference, float64 and float32, causal-masked and unmasked; every routing mutant rejected; a
-        mechanism or mutant with no kernels recorded as skipped with the reason; forward + backward timed against
-        autograd (results.json `benchmarks`, numeric/mechanisms/<name>/n=N)."""
+        plain-torch reference, float64 and float32, per variant (masked: attention's causal mask, a router's selection;
+        unmasked; a cell's weights read no mask: unmasked only); every routing mutant rejected; a mechanism or mutant
+        with no kernels recorded as skipped with the reason; forward + backward timed against autograd (results.json
+        `benchmarks`, numeric/mechanisms/<name>/n=N)."""
         from derive import mechanisms as known
         from numeric import mechanisms
 
@@ -89,7 +90,7 @@ class NumericStage:
             is_mechanism = key in known.REGISTRY
             self.results.record(Check(f"numeric/mechanisms/{key}", "numeric", "numeric" if is_mechanism else "negative-control",
                                       "", "skipped", 0.0, f"not emitted: {reason}", "generated kernels",
-                                      "a mechanism without attention's kernel shape" if is_mechanism else "a mutant without a kernel"),
+                                      "a mechanism without a kernel shape" if is_mechanism else "a mutant without a kernel"),
                                 self.log)
         rows = mechanisms.benchmark(module, self.profile.bench, self.device, threads=1, log=self.log)
         self.results.benchmarks.extend(rows)

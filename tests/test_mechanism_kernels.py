@@ -1,7 +1,9 @@
 """The routing mechanisms' generated kernels (numeric/generated/mechanisms.py): fresh, emitted from the proved
 forms, in agreement with autograd through each mechanism's plain-torch reference per dtype and mask, every
 routing mutant rejected, numerically safe, and a mechanism registered at run time gets kernels with no edit of
-the code generator."""
+the code generator. Attention's shape (q, k, v) and the options shape (a gate's or a cell's logits and contents,
+a router's tokens, router and experts) alike."""
+import dataclasses
 import math
 
 import pytest
@@ -12,7 +14,7 @@ import derive.codegen as cg
 from derive import mechanisms
 from derive.codegen import COMMAND, GENERATED_MECHANISMS, emit_mechanisms
 from derive.general import GeneralBackend
-from derive.kernels import MECHANISM_API, chain_rule, kernel_form, mechanism_identities
+from derive.kernels import MECHANISM_API, Rewrite, chain_rule, kernel_form, kernel_shape, mechanism_identities
 from derive.mechanisms.base import Mechanism, Mutant
 from derive.mechanisms.forms import per_key
 from derive.prove import run_path
@@ -24,6 +26,7 @@ from numeric.generated import attention as api
 from numeric.generated import mechanisms as gen
 
 BUILTIN = ("softmax", "sigmoid", "linear")
+OPTIONS = ("gate", "lstm", "moe")  # weights over their own options (g, e), each option with its own content
 
 
 @pytest.fixture(autouse=True)
@@ -41,11 +44,13 @@ def test_committed_file_is_fresh_and_names_its_regeneration_command():
     assert "GENERATED" in text.splitlines()[0] and COMMAND in text.splitlines()[0]
 
 
-def test_every_builtin_mechanism_and_mutant_has_kernels_or_a_reason():
+def test_every_builtin_mechanism_and_mutant_has_kernels():
     for mech in mechanisms.builtin():
-        assert (mech.name in gen.MECHANISMS) != (mech.name in gen.UNEMITTED), mech.name
+        assert mech.name in gen.MECHANISMS and kernel_form(mech) == "", mech.name
+        assert set(gen.MECHANISMS[mech.name]) == {api.kind for api in MECHANISM_API} == set(gen.RETURNS[mech.name])
         for mutant in mech.mutants:
-            assert (mutant.id in gen.MUTANTS) != (mutant.id in gen.UNEMITTED), mutant.id
+            assert mutant.id in gen.MUTANTS, mutant.id
+    assert gen.UNEMITTED == {}
     for name in BUILTIN:
         assert set(gen.MECHANISMS[name]) == {api.kind for api in MECHANISM_API}
         for kinds in gen.MECHANISMS[name].values():
@@ -134,6 +139,131 @@ def test_a_mutant_kernel_differs_from_the_true_one_only_in_dS():
     wrong = nm.call(getattr(gen, gen.MUTANTS["sigmoid-no-saturation"]["unmasked"]), env)
     alpha = nm.call(gen.sigmoid_forward_unmasked, env)[0]
     torch.testing.assert_close(wrong * (1 - alpha), true, rtol=1e-13, atol=1e-15)  # w b versus w (1 - w) b
+
+
+# -- the options shape: a gate, an LSTM cell, a router ----------------------------------------------------------------
+# What each returns beyond the weights, o and dS (dL/d its logits): the gradient of each input of its kernels.
+OPTION_GRADS = {"gate": ("dH",), "lstm": ("dH",), "moe": ("dX", "dWR", "dWE")}
+
+
+def test_the_options_shape_is_read_off_the_mechanisms_fields():
+    gate, moe = kernel_shape(mechanisms.get("gate"))[0], kernel_shape(mechanisms.get("moe"))[0]
+    assert (gate.level, gate.axis, gate.inputs, gate.logit_inputs) == ("scores", "g", ("A", "H"), ("A",))
+    assert [(g.name, g.form) for g in gate.grads] == [("dH", "content")]  # dL/dA is dS itself
+    assert (moe.level, moe.axis, moe.inputs, moe.logit_inputs) == ("params", "e", ("X", "WR", "WE"), ("X", "WR"))
+    assert [(g.name, g.form) for g in moe.grads] == [("dX", "chain"), ("dWR", "chain"), ("dWE", "content")]
+    assert moe.masked and not gate.masked and not kernel_shape(mechanisms.get("lstm"))[0].masked
+    for name in OPTIONS:
+        assert gen.RETURNS[name]["backward"] == ["alpha", "dS", *OPTION_GRADS[name]]
+        assert gen.RETURNS[name]["backward_from_forward"] == ["dS", *OPTION_GRADS[name]]
+
+
+def test_the_cells_have_one_variant_since_their_weights_read_no_mask():
+    """A cell's weights read no mask: its masked kernels, emitted anyway, are the unmasked ones under another name."""
+    from derive.codegen import MECHANISM_HELPERS, emit_kernel
+    from derive.kernels import mechanism_kernels
+
+    for name in ("gate", "lstm"):
+        assert all(set(kinds) == {"unmasked"} for kinds in gen.MECHANISMS[name].values())
+        assert {v for m in mechanisms.get(name).mutants for v in gen.MUTANTS[m.id]} == {"mechanism", "question", "unmasked"}
+        for k in mechanism_kernels(mechanisms.get(name)):
+            masked = dataclasses.replace(k, name=k.name.replace("unmasked", "masked"), masked=True)
+            code = emit_kernel(masked, MECHANISM_HELPERS)
+            assert "mask" not in code.split("(")[1].split(")")[0]  # no mask among its arguments
+            assert code.replace(masked.name, k.name) == emit_kernel(k, MECHANISM_HELPERS)
+    assert all(set(kinds) == {"masked", "unmasked"} for kinds in gen.MECHANISMS["moe"].values())
+    assert "mask" in nm.inspect.signature(gen.moe_backward_masked).parameters
+
+
+@pytest.mark.parametrize("name, variant", [(name, v) for name in OPTIONS for v in nm.variants(gen, name)])
+@pytest.mark.parametrize("dtype", [torch.float64, torch.float32], ids=["float64", "float32"])
+def test_options_kernels_agree_with_autograd_through_the_reference(name, dtype, variant):
+    worst, errors, finite, inversion = nm.agreement(gen, mechanisms.get(name), variant, dtype, seed=3)
+    assert finite and inversion == "logit-leaf"
+    assert {f.split("/")[-1] for f in errors} == {"alpha", "o", "dS", *OPTION_GRADS[name]} == set(nm.fields(gen, name))
+    assert all(f"{kind}/{g}" in errors for kind in ("backward", "from_forward") for g in ("dS", *OPTION_GRADS[name]))
+    assert worst <= TOLERANCE[dtype], errors
+
+
+@pytest.mark.parametrize("name", OPTIONS)
+def test_the_options_forms_the_kernels_compute_by_are_proved(name):
+    outcomes, proved = nm.forms_proved(name)
+    assert proved, outcomes
+    assert set(outcomes) == {"dS", *OPTION_GRADS[name]}
+
+
+@pytest.mark.parametrize("mutant_id", [m.id for name in OPTIONS for m in mechanisms.get(name).mutants])
+def test_every_options_mutant_is_emitted_and_rejected(mutant_id):
+    errors = nm.mutant_errors(gen, mutant_id, seed=0)
+    assert errors and all(e is not None for e in errors.values())
+    assert max(errors.values()) > 1e3 * TOLERANCE[torch.float64], errors
+
+
+def _routing_only(mech):
+    """The chain rule through the router's logits alone: the term through the experts' content forgotten."""
+    return dataclasses.replace(mech, content=None)
+
+
+def test_a_chain_rule_missing_the_content_term_is_not_proved():
+    moe = mechanisms.get("moe")
+    identity = mechanism_identities("moe")["dX"]
+    wrong = chain_rule(_routing_only(moe), "X", moe.routing)
+    assert run_path("general", identity, False, "dX without the content term", {"seed": 0}, closed=wrong).status != "proved"
+    assert run_path("general", identity, False, "dX", {"seed": 0}).status == "proved"
+
+
+def test_the_agreement_check_fails_on_a_wrong_backward():
+    """Negative control: the router's backward emitted with dX by the chain rule through the logits alone (the content
+    term forgotten) differs from autograd far beyond float64's tolerance, in dX and nowhere else."""
+    import types
+
+    from derive.codegen import MECHANISM_HELPERS, emit_kernel
+    from derive.kernels import mechanism_kernels
+
+    moe = mechanisms.get("moe")
+    wrong = {}
+    for k in mechanism_kernels(moe):
+        if k.key[:2] in (("moe", "backward"), ("moe", "backward_from_forward")):
+            rewrites = {**k.rewrites, "dX": Rewrite("dX", chain_rule(_routing_only(moe), "X", lambda m, i, j: m.dS(i, j)),
+                                                    "the chain rule through the logits alone")}
+            outputs = tuple(dataclasses.replace(o, build=rewrites["dX"].closed) if o.name == "dX" else o for o in k.outputs)
+            wrong[k.name] = emit_kernel(dataclasses.replace(k, rewrites=rewrites, outputs=outputs), MECHANISM_HELPERS)
+    module = types.ModuleType("wrong_moe")
+    module.__dict__.update(gen.__dict__)
+    for code in wrong.values():
+        exec(compile(code, "<wrong backward>", "exec"), module.__dict__)
+    for variant in nm.VARIANTS:
+        worst, errors, finite, _ = nm.agreement(module, moe, variant, torch.float64, seed=3)
+        assert finite and worst > 1e3 * TOLERANCE[torch.float64]
+        assert {f for f, e in errors.items() if e > TOLERANCE[torch.float64]} == {"backward/dX", "from_forward/dX"}
+    checks = {c["id"]: c["ok"] for c in nm.run_checks(module) if c["id"].startswith("numeric/mechanisms/moe/")}
+    assert not checks["numeric/mechanisms/moe/float64/masked"] and not checks["numeric/mechanisms/moe/float64/unmasked"]
+
+
+@pytest.mark.parametrize("name", OPTIONS)
+def test_options_kernels_are_finite_at_huge_logits(name):
+    finite, _, top = nm.large_scores(gen, mechanisms.get(name), torch.float32, seed=7)
+    assert finite and top > 100  # e^s overflows float32 beyond 88: the softmax and sigmoid are fused, max-shifted
+
+
+def test_the_router_kernels_take_a_selection_over_experts():
+    """Masked: the mask is the (token, expert) selection; a token selecting nothing gets zero weight and gradients."""
+    moe = mechanisms.get("moe")
+    env = nm.draw(moe, (), 6, 3, 4, True, 5, experts=4)
+    env["mask"][2] = 0
+    alpha, o = gen.moe_forward_masked(env["x"], env["mask"], env["w_e"], env["w_r"])
+    assert alpha.shape == (6, 4) and torch.equal(alpha * env["mask"], alpha)
+    assert float(alpha[2].abs().max()) == 0.0 and float(o[2].abs().max()) == 0.0
+    _, dS, dX, _, _ = nm.call(gen.moe_backward_masked, env)
+    assert float(dS[2].abs().max()) == 0.0 and float(dX[2].abs().max()) == 0.0
+    torch.testing.assert_close(alpha.sum(-1)[env["mask"].sum(-1) > 0], torch.ones(int((env["mask"].sum(-1) > 0).sum()),
+                                                                                    dtype=torch.float64))
+
+
+def test_check_ids_follow_each_mechanisms_variants():
+    ids = {c["id"] for c in nm.run_checks(gen) if "/float64/" in c["id"]}
+    assert {"numeric/mechanisms/gate/float64/unmasked", "numeric/mechanisms/moe/float64/masked"} <= ids
+    assert "numeric/mechanisms/gate/float64/masked" not in ids and "numeric/mechanisms/lstm/float64/masked" not in ids
 
 
 # -- numerical safety -----------------------------------------------------------------------------------------------
@@ -277,9 +407,28 @@ def test_a_mechanism_without_attentions_shape_is_unemitted_with_the_reason(monke
     assert "sine" not in module.MECHANISMS and "UnsupportedNode" in module.UNEMITTED["sine"]
 
 
+def test_an_options_mechanism_without_content_is_unemitted_with_the_reason(monkeypatch):
+    contentless = dataclasses.replace(mechanisms.get("gate"), name="contentless", content=None)
+    monkeypatch.setitem(mechanisms.REGISTRY, "contentless", contentless)
+    module = nm.emit_module(["contentless"])
+    assert "contentless" not in module.MECHANISMS and "no content of their own" in module.UNEMITTED["contentless"]
+    assert module.UNEMITTED["gate-per-key"] == "its mechanism contentless has no kernels"
+
+
 def test_benchmark_rows_have_the_results_schema():
     rows = nm.benchmark(gen, "quick", names=["sigmoid"], log=lambda *a: None)
     assert [r["name"] for r in rows] == [f"numeric/mechanisms/sigmoid/n={n}" for n in nm.BENCH_SIZES["quick"]]
     for r in rows:
         assert set(r) >= {"name", "device", "dtype", "shape", "ours_s", "reference", "reference_s", "ratio"}
         assert r["max_rel_diff"] <= 1e-4 and r["ratio"] > 0 and math.isfinite(r["ratio"])
+
+
+def test_options_benchmark_rows_are_timed_at_long_sequences(monkeypatch):
+    monkeypatch.setitem(nm.OPTIONS_BENCH_SIZES, "quick", (256,))
+    monkeypatch.setitem(nm.OPTIONS_BENCH_REPEATS, "quick", {256: 2})
+    rows = nm.benchmark(gen, "quick", names=["gate", "moe"], log=lambda *a: None)
+    assert [r["name"] for r in rows] == ["numeric/mechanisms/gate/n=256", "numeric/mechanisms/moe/n=256"]
+    assert [r["shape"]["options"] for r in rows] == [2, nm.BENCH_EXPERTS]
+    for r in rows:
+        assert r["max_rel_diff"] <= 1e-4 and r["ratio"] > 0 and math.isfinite(r["ratio"])
+    assert min(nm.OPTIONS_BENCH_SIZES["default"]) >= 4096 and nm.BENCH_EXPERTS == 8

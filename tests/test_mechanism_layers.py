@@ -101,23 +101,36 @@ def test_runs_are_independent_and_each_gradient_is_its_own_losses(name):
 
 
 def test_generated_mechanism_kernels_give_the_same_weights():
-    """numeric/generated/mechanisms.py (emitted from the proved closed forms), where it has kernels for a mechanism."""
+    """numeric/generated/mechanisms.py (emitted from the proved closed forms), for every mechanism: the attention
+    mechanisms' weights over keys and outputs; each cell's one step (the kernel's weights over (previous state,
+    new content) from its logits A, and o = the state h_t from H = (h_{t-1}, x_t W_V)); the router's gates and the
+    mixture of experts' output."""
     gen = pytest.importorskip("numeric.generated.mechanisms")
     nm = pytest.importorskip("numeric.mechanisms")
-    covered = [m for m in ml.MECHANISMS if m in getattr(gen, "MECHANISMS", {})]
-    if not covered:
-        pytest.skip("no generated mechanism kernels")
-    for name in covered:
+    assert set(ml.MECHANISMS) <= set(gen.MECHANISMS) and not gen.UNEMITTED
+    for name in ml.MECHANISMS:
         params, data, mask = setup(name, scale=3.0)
         with torch.no_grad():
             out = ml.weights(name, params, data.x, mask)
             t = out["reference"]
-            v = data.x @ params["W_V"]
-            env = {"q": t["q"], "k": t["k"], "v": v, "mask": t["mask"], "scale": t["c"], "beta": t["beta"],
-                   "ell": t.get("ell")}
-            alpha, o = nm.call(nm.kernel(gen, name, "forward", "masked"), env)
+            if name in ("gate", "lstm"):
+                h = ml.cell_scan(name, params, data.x)
+                prev = torch.cat([torch.zeros_like(h[..., :1, :]), h[..., :-1, :]], -2)
+                H = torch.stack([prev, data.x.expand(h.shape[:-1] + data.x.shape[-1:]) @ params["W_V"]], -2)
+                alpha, o = nm.call(nm.kernel(gen, name, "forward", "unmasked"), {"a": t["A"], "h": H})
+                assert close(o, h), name
+                assert close(o, ml.mix(name, params, data.x, mask).detach()), name  # the quadratic form trained
+            elif name == "moe":
+                env = {"x": t["X"], "mask": t["mask"], "w_e": params["W_E"], "w_r": t["WR"]}
+                alpha, o = nm.call(nm.kernel(gen, name, "forward", "masked"), env)
+                assert close(o, ml.mix(name, params, data.x, mask).detach()), name
+            else:
+                v = data.x @ params["W_V"]
+                env = {"q": t["q"], "k": t["k"], "v": v, "mask": t["mask"], "scale": t["c"], "beta": t["beta"],
+                       "ell": t.get("ell")}
+                alpha, o = nm.call(nm.kernel(gen, name, "forward", "masked"), env)
+                assert close(o, ml.mix(name, params, data.x, mask).detach()), name
         assert close(alpha, out["w"]), name
-        assert close(o, ml.mix(name, params, data.x, mask).detach()), name
 
 
 def test_parameters_split_into_routing_and_content_and_start_from_the_sticky_models():

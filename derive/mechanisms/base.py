@@ -78,6 +78,9 @@ class Mechanism:
     # reference_logits(t): the weights from free routing logits t[logit_leaf] (the scores level, where the
     # logits are a leaf), plain torch like `reference`; None: `reference` reads t[logit_leaf] itself when given.
     reference_logits: Callable = None
+    # reference_content(t): what each option offers each position, (..., n, options, d_v), plain torch like
+    # `reference` (the numeric oracle's o_i = sum_j w_ij c_ij); None: the values v_j, shared by every query.
+    reference_content: Callable = None
 
     @property
     def ordered(self):

@@ -24,6 +24,11 @@ def reference(t):
     return t["A"].softmax(-1)
 
 
+def reference_content(t):
+    """H: each position's own two options, (..., n, 2, d_v)."""
+    return t["H"]
+
+
 def options_content(leaf, delta):
     """A cell's content question: dL/dH_ioa = w_io u_ia, each option's content used by its own position."""
     return ContentSpec(leaf, ("n", "g"), ("dv",), "scores", lambda m, i, o, a: m.alpha(i, o) * m.u(i, a),
@@ -47,4 +52,4 @@ MECHANISM = register(Mechanism(
     mutants=(Mutant("gate-per-key", "routing", "independent gates' per-key form w(1-w)b", per_key),
              Mutant("gate-no-baseline", "routing", "the baseline dropped: w b", lambda m, i, j: m.alpha(i, j) * m.b(i, j))),
     leaves=CELL_LEAVES, free={"A": ("scores",), "H": ("scores",)}, dims={"g": 2}, axis="g", logit_leaf="A",
-    content=content, content_spec=options_content("H", "DeltaH")))
+    content=content, content_spec=options_content("H", "DeltaH"), reference_content=reference_content))

@@ -5,7 +5,7 @@ baseline and the two do not compete."""
 from derive.mechanisms import register
 from derive.mechanisms.base import Mechanism, Mutant
 from derive.mechanisms.forms import per_key
-from derive.mechanisms.gate import CELL_LEAVES, advantage, content, logit, options_content
+from derive.mechanisms.gate import CELL_LEAVES, advantage, content, logit, options_content, reference_content
 from derive.mechanisms.sigmoid import sigma
 
 
@@ -27,4 +27,4 @@ MECHANISM = register(Mechanism(
              Mutant("lstm-no-saturation", "routing", "the factor 1 - w dropped: w b",
                     lambda m, i, j: m.alpha(i, j) * m.b(i, j))),
     leaves=CELL_LEAVES, free={"A": ("scores",), "H": ("scores",)}, dims={"g": 2}, axis="g", logit_leaf="A",
-    content=content, content_spec=options_content("H", "DeltaH")))
+    content=content, content_spec=options_content("H", "DeltaH"), reference_content=reference_content))

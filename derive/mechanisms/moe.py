@@ -35,6 +35,11 @@ def reference(t):
     return e / total.masked_fill(total == 0, 1.0)
 
 
+def reference_content(t):
+    """y_ie = x_i W_e for every expert, (..., n, E, d_v)."""
+    return (t["X"].unsqueeze(-3) @ t["WE"]).transpose(-3, -2)
+
+
 CONTENT = ContentSpec(
     "WE", ("e",), ("dx", "dv"), "scores",
     lambda m, e, x, a: m.sum("n", lambda i: m.alpha(i, e) * m.leaf("X", i, x) * m.u(i, a)),
@@ -51,4 +56,4 @@ MECHANISM = register(Mechanism(
                     lambda m, i, e: m.alpha(i, e) * (m.b(i, e) - m.sum("e", lambda f: m.b(i, f)) / m.size("e")))),
     leaves={"r": ("n", "e"), "WR": ("dx", "e"), "WE": ("e", "dx", "dv"), "DeltaE": ("e", "dx", "dv")},
     free={"r": ("scores",), "WE": ("scores", "params"), "WR": ("params",)}, dims={"e": None}, axis="e",
-    logit_leaf="r", content=content, content_spec=CONTENT))
+    logit_leaf="r", content=content, content_spec=CONTENT, reference_content=reference_content))

@@ -2,11 +2,13 @@
 # Emitted by derive/codegen.py from the routing mechanisms (derive/mechanisms/: each one's score, weight, proved
 # routing form and mutants; derive/kernels.py: which kernels), the same SymPy objects the derivation engine proves.
 # The codegen stage fails when this file differs from a fresh emission.
-"""Torch kernels of every routing mechanism with attention's shape (weights over keys from logits of q and k, mixing
-v), generated from its closed forms (see derive/codegen.py). MECHANISMS[name][kind][variant] names each kernel
-(kinds: derive.kernels.MECHANISM_API; variants: masked, unmasked), MUTANTS each routing mutant's dS kernel, and
-UNEMITTED says why a mechanism or mutant has none. The mask is a 0/1 float tensor broadcastable to (..., n, n), 1 where
-query i may attend to key j."""
+"""Torch kernels of every routing mechanism with a kernel shape, generated from its closed forms (see derive/codegen.py):
+attention's (weights over keys from logits of q and k, mixing v) and the options shape (weights over the mechanism's
+own options from its logits, mixing each option's own content: a gate's or a cell's inputs, a router's experts).
+MECHANISMS[name][kind][variant] names each kernel (kinds: derive.kernels.MECHANISM_API; variants: masked, unmasked),
+RETURNS its outputs, MUTANTS each routing mutant's dS kernel, and UNEMITTED says why a mechanism or mutant has none.
+The mask is a 0/1 float tensor broadcastable to (..., n, n), 1 where query i may attend to key j; for a router,
+(..., n, E), 1 where token i selected expert e."""
 import torch
 
 from numeric.generated.attention import _recip, _softmax, _softmax_  # noqa: F401  (the helpers the kernels share)
@@ -29,7 +31,8 @@ def _log_matmul_exp(x, y):
     return torch.log(torch.exp(x - mx) @ torch.exp(y - my).mT).add_(mx).add_(my.mT)  # in place: no n x n copies
 
 
-# Each mechanism's kernels: MECHANISMS[name][kind][variant] -> the function's name.
+# Each mechanism's kernels: MECHANISMS[name][kind][variant] -> the function's name. A mechanism whose weights
+# read no mask (a cell's gates) has one variant, unmasked: its masked kernels would be the same functions.
 MECHANISMS = {
     "softmax": {
         "scores": {
@@ -102,6 +105,201 @@ MECHANISMS = {
             "masked": "ssd_backward_from_forward_masked",
             "unmasked": "ssd_backward_from_forward_unmasked"
         }
+    },
+    "gate": {
+        "scores": {
+            "unmasked": "gate_scores_unmasked"
+        },
+        "forward": {
+            "unmasked": "gate_forward_unmasked"
+        },
+        "backward": {
+            "unmasked": "gate_backward_unmasked"
+        },
+        "backward_from_forward": {
+            "unmasked": "gate_backward_from_forward_unmasked"
+        }
+    },
+    "lstm": {
+        "scores": {
+            "unmasked": "lstm_scores_unmasked"
+        },
+        "forward": {
+            "unmasked": "lstm_forward_unmasked"
+        },
+        "backward": {
+            "unmasked": "lstm_backward_unmasked"
+        },
+        "backward_from_forward": {
+            "unmasked": "lstm_backward_from_forward_unmasked"
+        }
+    },
+    "moe": {
+        "scores": {
+            "masked": "moe_scores_masked",
+            "unmasked": "moe_scores_unmasked"
+        },
+        "forward": {
+            "masked": "moe_forward_masked",
+            "unmasked": "moe_forward_unmasked"
+        },
+        "backward": {
+            "masked": "moe_backward_masked",
+            "unmasked": "moe_backward_unmasked"
+        },
+        "backward_from_forward": {
+            "masked": "moe_backward_from_forward_masked",
+            "unmasked": "moe_backward_from_forward_unmasked"
+        }
+    }
+}
+# What each kind of kernel returns, in order (dS: dL/d its logits; d<leaf>: the gradient of an input).
+RETURNS = {
+    "softmax": {
+        "scores": [
+            "s"
+        ],
+        "forward": [
+            "alpha",
+            "o"
+        ],
+        "backward": [
+            "alpha",
+            "dS",
+            "dQ",
+            "dK",
+            "dV"
+        ],
+        "backward_from_forward": [
+            "dS",
+            "dQ",
+            "dK",
+            "dV"
+        ]
+    },
+    "sigmoid": {
+        "scores": [
+            "s"
+        ],
+        "forward": [
+            "alpha",
+            "o"
+        ],
+        "backward": [
+            "alpha",
+            "dS",
+            "dQ",
+            "dK",
+            "dV"
+        ],
+        "backward_from_forward": [
+            "dS",
+            "dQ",
+            "dK",
+            "dV"
+        ]
+    },
+    "linear": {
+        "scores": [
+            "s"
+        ],
+        "forward": [
+            "alpha",
+            "o"
+        ],
+        "backward": [
+            "alpha",
+            "dS",
+            "dQ",
+            "dK",
+            "dV"
+        ],
+        "backward_from_forward": [
+            "dS",
+            "dQ",
+            "dK",
+            "dV"
+        ]
+    },
+    "ssd": {
+        "scores": [
+            "s"
+        ],
+        "forward": [
+            "alpha",
+            "o"
+        ],
+        "backward": [
+            "alpha",
+            "dS",
+            "dQ",
+            "dK",
+            "dV"
+        ],
+        "backward_from_forward": [
+            "dS",
+            "dQ",
+            "dK",
+            "dV"
+        ]
+    },
+    "gate": {
+        "scores": [
+            "s"
+        ],
+        "forward": [
+            "alpha",
+            "o"
+        ],
+        "backward": [
+            "alpha",
+            "dS",
+            "dH"
+        ],
+        "backward_from_forward": [
+            "dS",
+            "dH"
+        ]
+    },
+    "lstm": {
+        "scores": [
+            "s"
+        ],
+        "forward": [
+            "alpha",
+            "o"
+        ],
+        "backward": [
+            "alpha",
+            "dS",
+            "dH"
+        ],
+        "backward_from_forward": [
+            "dS",
+            "dH"
+        ]
+    },
+    "moe": {
+        "scores": [
+            "s"
+        ],
+        "forward": [
+            "alpha",
+            "o"
+        ],
+        "backward": [
+            "alpha",
+            "dS",
+            "dX",
+            "dWR",
+            "dWE"
+        ],
+        "backward_from_forward": [
+            "dS",
+            "dX",
+            "dWR",
+            "dWE"
+        ]
     }
 }
 # Each routing mutant's dS kernel (a wrong closed form in place of the routing form), per variant.
@@ -159,20 +357,42 @@ MUTANTS = {
         "question": "routing",
         "masked": "mutant_ssd_no_decay_masked",
         "unmasked": "mutant_ssd_no_decay_unmasked"
+    },
+    "gate-per-key": {
+        "mechanism": "gate",
+        "question": "routing",
+        "unmasked": "mutant_gate_per_key_unmasked"
+    },
+    "gate-no-baseline": {
+        "mechanism": "gate",
+        "question": "routing",
+        "unmasked": "mutant_gate_no_baseline_unmasked"
+    },
+    "lstm-advantage": {
+        "mechanism": "lstm",
+        "question": "routing",
+        "unmasked": "mutant_lstm_advantage_unmasked"
+    },
+    "lstm-no-saturation": {
+        "mechanism": "lstm",
+        "question": "routing",
+        "unmasked": "mutant_lstm_no_saturation_unmasked"
+    },
+    "moe-per-key": {
+        "mechanism": "moe",
+        "question": "routing",
+        "masked": "mutant_moe_per_key_masked",
+        "unmasked": "mutant_moe_per_key_unmasked"
+    },
+    "moe-unselected-baseline": {
+        "mechanism": "moe",
+        "question": "routing",
+        "masked": "mutant_moe_unselected_baseline_masked",
+        "unmasked": "mutant_moe_unselected_baseline_unmasked"
     }
 }
 # Mechanisms and mutants with no kernels, and why.
-UNEMITTED = {
-    "gate": "its weights range over its own options (g), not over keys: no kernel of q, k, v",
-    "gate-per-key": "its mechanism gate has no kernels",
-    "gate-no-baseline": "its mechanism gate has no kernels",
-    "lstm": "its weights range over its own options (g), not over keys: no kernel of q, k, v",
-    "lstm-advantage": "its mechanism lstm has no kernels",
-    "lstm-no-saturation": "its mechanism lstm has no kernels",
-    "moe": "its weights range over its own options (e), not over keys: no kernel of q, k, v",
-    "moe-per-key": "its mechanism moe has no kernels",
-    "moe-unselected-baseline": "its mechanism moe has no kernels"
-}
+UNEMITTED = {}
 
 
 def softmax_scores_masked(q, k, scale):
@@ -621,7 +841,7 @@ def mutant_ssd_advantage_unmasked(q, k, v, u, scale):
     b = u @ v.mT  # (..., n, n)
     o = alpha @ v  # (..., n, d_v)
     baseline = torch.linalg.vecdot(o, u)  # (..., n)
-    dS = alpha.mul_(b - baseline[..., :, None])  # (..., n, n)
+    dS = b.sub_(baseline[..., :, None]).mul_(alpha)  # (..., n, n)
     return dS
 
 
@@ -654,4 +874,223 @@ def mutant_ssd_no_decay_unmasked(v, u):
     """negative control ssd-no-decay: the decay dropped: M b (dS by the wrong form)."""
     b = u @ v.mT  # (..., n, n)
     dS = b  # (..., n, n)
+    return dS
+
+
+def gate_scores_unmasked(a):
+    """two-way convex gate (GRU update gate): The routing logits s (its logits A over g, given)."""
+    s = a  # (..., n, 2)
+    return s
+
+
+def gate_forward_unmasked(a, h):
+    """two-way convex gate (GRU update gate): The forward: the weights w and o_i = sum_g w_ig c_ig, each option's content c from H."""
+    s = a  # (..., n, 2)
+    alpha = _softmax(s, None, dim=-1)  # (..., n, 2)
+    prod0 = alpha[..., :, :, None] * h  # (..., n, 2, d_v)
+    o = prod0.sum(dim=-2)  # (..., n, d_v)
+    return alpha, o
+
+
+def gate_backward_unmasked(u, a, h):
+    """two-way convex gate (GRU update gate): The backward from A, H and u = dL/do: the weights, dL/ds by the mechanism's proved routing form (dL/dA, its logits an input), dH by responsibility-weighted content."""
+    s = a  # (..., n, 2)
+    alpha = _softmax(s, None, dim=-1)  # (..., n, 2)
+    b = torch.einsum("...ab,...acb->...ac", u, h)  # (..., n, 2)
+    baseline = torch.linalg.vecdot(alpha, b)  # (..., n)
+    dS = b.sub_(baseline[..., :, None]).mul_(alpha)  # (..., n, 2)
+    dH = alpha[..., :, :, None] * u[..., :, None, :]  # (..., n, 2, d_v)
+    return alpha, dS, dH
+
+
+def gate_backward_from_forward_unmasked(alpha, u, h):
+    """two-way convex gate (GRU update gate): The backward reusing the forward's weights and o (the module's backward)."""
+    b = torch.einsum("...ab,...acb->...ac", u, h)  # (..., n, 2)
+    baseline = torch.linalg.vecdot(alpha, b)  # (..., n)
+    dS = b.sub_(baseline[..., :, None]).mul_(alpha)  # (..., n, 2)
+    dH = alpha[..., :, :, None] * u[..., :, None, :]  # (..., n, 2, d_v)
+    return dS, dH
+
+
+def mutant_gate_per_key_unmasked(u, a, h):
+    """negative control gate-per-key: independent gates' per-key form w(1-w)b (dS by the wrong form)."""
+    s = a  # (..., n, 2)
+    alpha = _softmax(s, None, dim=-1)  # (..., n, 2)
+    b = torch.einsum("...ab,...acb->...ac", u, h)  # (..., n, 2)
+    dS = b.mul_(1 - alpha).mul_(alpha)  # (..., n, 2)
+    return dS
+
+
+def mutant_gate_no_baseline_unmasked(u, a, h):
+    """negative control gate-no-baseline: the baseline dropped: w b (dS by the wrong form)."""
+    s = a  # (..., n, 2)
+    alpha = _softmax(s, None, dim=-1)  # (..., n, 2)
+    b = torch.einsum("...ab,...acb->...ac", u, h)  # (..., n, 2)
+    dS = alpha.mul_(b)  # (..., n, 2)
+    return dS
+
+
+def lstm_scores_unmasked(a):
+    """LSTM cell (independent forget and input gates): The routing logits s (its logits A over g, given)."""
+    s = a  # (..., n, 2)
+    return s
+
+
+def lstm_forward_unmasked(a, h):
+    """LSTM cell (independent forget and input gates): The forward: the weights w and o_i = sum_g w_ig c_ig, each option's content c from H."""
+    s = a  # (..., n, 2)
+    alpha = torch.sigmoid(s)  # (..., n, 2)
+    prod0 = alpha[..., :, :, None] * h  # (..., n, 2, d_v)
+    o = prod0.sum(dim=-2)  # (..., n, d_v)
+    return alpha, o
+
+
+def lstm_backward_unmasked(u, a, h):
+    """LSTM cell (independent forget and input gates): The backward from A, H and u = dL/do: the weights, dL/ds by the mechanism's proved routing form (dL/dA, its logits an input), dH by responsibility-weighted content."""
+    s = a  # (..., n, 2)
+    alpha = torch.sigmoid(s)  # (..., n, 2)
+    b = torch.einsum("...ab,...acb->...ac", u, h)  # (..., n, 2)
+    dS = b.mul_(1 - alpha).mul_(alpha)  # (..., n, 2)
+    dH = alpha[..., :, :, None] * u[..., :, None, :]  # (..., n, 2, d_v)
+    return alpha, dS, dH
+
+
+def lstm_backward_from_forward_unmasked(alpha, u, h):
+    """LSTM cell (independent forget and input gates): The backward reusing the forward's weights and o (the module's backward)."""
+    b = torch.einsum("...ab,...acb->...ac", u, h)  # (..., n, 2)
+    dS = b.mul_(1 - alpha).mul_(alpha)  # (..., n, 2)
+    dH = alpha[..., :, :, None] * u[..., :, None, :]  # (..., n, 2, d_v)
+    return dS, dH
+
+
+def mutant_lstm_advantage_unmasked(u, a, h):
+    """negative control lstm-advantage: the paper's softmax form applied to the LSTM's gates (dS by the wrong form)."""
+    s = a  # (..., n, 2)
+    alpha = torch.sigmoid(s)  # (..., n, 2)
+    b = torch.einsum("...ab,...acb->...ac", u, h)  # (..., n, 2)
+    baseline = torch.linalg.vecdot(alpha, b)  # (..., n)
+    dS = alpha.mul_(b - baseline[..., :, None])  # (..., n, 2)
+    return dS
+
+
+def mutant_lstm_no_saturation_unmasked(u, a, h):
+    """negative control lstm-no-saturation: the factor 1 - w dropped: w b (dS by the wrong form)."""
+    s = a  # (..., n, 2)
+    alpha = torch.sigmoid(s)  # (..., n, 2)
+    b = torch.einsum("...ab,...acb->...ac", u, h)  # (..., n, 2)
+    dS = alpha.mul_(b)  # (..., n, 2)
+    return dS
+
+
+def moe_scores_masked(x, w_r):
+    """mixture of experts (top-k router): The routing logits s (its logits r over e, from X, WR)."""
+    s = x @ w_r  # (..., n, E)
+    return s
+
+
+def moe_scores_unmasked(x, w_r):
+    """mixture of experts (top-k router): The routing logits s (its logits r over e, from X, WR)."""
+    s = x @ w_r  # (..., n, E)
+    return s
+
+
+def moe_forward_masked(x, mask, w_e, w_r):
+    """mixture of experts (top-k router): The forward: the weights w and o_i = sum_e w_ie c_ie, each option's content c from X, WE."""
+    s = x @ w_r  # (..., n, E)
+    alpha = _softmax_(s, mask, dim=-1)  # (..., n, E)
+    o = torch.einsum("...ab,...abc->...ac", alpha, torch.einsum("...ab,...cbd->...acd", x, w_e))  # (..., n, d_v)
+    return alpha, o
+
+
+def moe_forward_unmasked(x, w_e, w_r):
+    """mixture of experts (top-k router): The forward: the weights w and o_i = sum_e w_ie c_ie, each option's content c from X, WE."""
+    s = x @ w_r  # (..., n, E)
+    alpha = _softmax_(s, None, dim=-1)  # (..., n, E)
+    o = torch.einsum("...ab,...abc->...ac", alpha, torch.einsum("...ab,...cbd->...acd", x, w_e))  # (..., n, d_v)
+    return alpha, o
+
+
+def moe_backward_masked(u, x, mask, w_e, w_r):
+    """mixture of experts (top-k router): The backward from X, WR, WE and u = dL/do: the weights, dL/ds by the mechanism's proved routing form, dX and dWR by the chain rule through its logits and content, dWE by responsibility-weighted content."""
+    s = x @ w_r  # (..., n, E)
+    alpha = _softmax_(s, mask, dim=-1)  # (..., n, E)
+    b = torch.einsum("...ab,...acb->...ac", u, torch.einsum("...ab,...cbd->...acd", x, w_e))  # (..., n, E)
+    baseline = torch.linalg.vecdot(alpha, b)  # (..., n)
+    dS = b.sub_(baseline[..., :, None]).mul_(alpha)  # (..., n, E)
+    dX = dS @ w_r.mT + torch.einsum("...ab,...ac,...bdc->...ad", alpha, u, w_e)  # (..., n, d_x)
+    dWR = x.mT @ dS  # (..., d_x, E)
+    dWE = torch.einsum("...ab,...ac,...ad->...cbd", x, alpha, u)  # (..., E, d_x, d_v)
+    return alpha, dS, dX, dWR, dWE
+
+
+def moe_backward_unmasked(u, x, w_e, w_r):
+    """mixture of experts (top-k router): The backward from X, WR, WE and u = dL/do: the weights, dL/ds by the mechanism's proved routing form, dX and dWR by the chain rule through its logits and content, dWE by responsibility-weighted content."""
+    s = x @ w_r  # (..., n, E)
+    alpha = _softmax_(s, None, dim=-1)  # (..., n, E)
+    b = torch.einsum("...ab,...acb->...ac", u, torch.einsum("...ab,...cbd->...acd", x, w_e))  # (..., n, E)
+    baseline = torch.linalg.vecdot(alpha, b)  # (..., n)
+    dS = b.sub_(baseline[..., :, None]).mul_(alpha)  # (..., n, E)
+    dX = dS @ w_r.mT + torch.einsum("...ab,...ac,...bdc->...ad", alpha, u, w_e)  # (..., n, d_x)
+    dWR = x.mT @ dS  # (..., d_x, E)
+    dWE = torch.einsum("...ab,...ac,...ad->...cbd", x, alpha, u)  # (..., E, d_x, d_v)
+    return alpha, dS, dX, dWR, dWE
+
+
+def moe_backward_from_forward_masked(alpha, u, x, w_e, w_r):
+    """mixture of experts (top-k router): The backward reusing the forward's weights and o (the module's backward)."""
+    b = torch.einsum("...ab,...acb->...ac", u, torch.einsum("...ab,...cbd->...acd", x, w_e))  # (..., n, E)
+    baseline = torch.linalg.vecdot(alpha, b)  # (..., n)
+    dS = b.sub_(baseline[..., :, None]).mul_(alpha)  # (..., n, E)
+    dX = dS @ w_r.mT + torch.einsum("...ab,...ac,...bdc->...ad", alpha, u, w_e)  # (..., n, d_x)
+    dWR = x.mT @ dS  # (..., d_x, E)
+    dWE = torch.einsum("...ab,...ac,...ad->...cbd", x, alpha, u)  # (..., E, d_x, d_v)
+    return dS, dX, dWR, dWE
+
+
+def moe_backward_from_forward_unmasked(alpha, u, x, w_e, w_r):
+    """mixture of experts (top-k router): The backward reusing the forward's weights and o (the module's backward)."""
+    b = torch.einsum("...ab,...acb->...ac", u, torch.einsum("...ab,...cbd->...acd", x, w_e))  # (..., n, E)
+    baseline = torch.linalg.vecdot(alpha, b)  # (..., n)
+    dS = b.sub_(baseline[..., :, None]).mul_(alpha)  # (..., n, E)
+    dX = dS @ w_r.mT + torch.einsum("...ab,...ac,...bdc->...ad", alpha, u, w_e)  # (..., n, d_x)
+    dWR = x.mT @ dS  # (..., d_x, E)
+    dWE = torch.einsum("...ab,...ac,...ad->...cbd", x, alpha, u)  # (..., E, d_x, d_v)
+    return dS, dX, dWR, dWE
+
+
+def mutant_moe_per_key_masked(u, x, mask, w_e, w_r):
+    """negative control moe-per-key: independent gates' per-key form g(1-g)b (dS by the wrong form)."""
+    s = x @ w_r  # (..., n, E)
+    alpha = _softmax_(s, mask, dim=-1)  # (..., n, E)
+    b = torch.einsum("...ab,...acb->...ac", u, torch.einsum("...ab,...cbd->...acd", x, w_e))  # (..., n, E)
+    dS = b.mul_(1 - alpha).mul_(alpha)  # (..., n, E)
+    return dS
+
+
+def mutant_moe_per_key_unmasked(u, x, w_e, w_r):
+    """negative control moe-per-key: independent gates' per-key form g(1-g)b (dS by the wrong form)."""
+    s = x @ w_r  # (..., n, E)
+    alpha = _softmax_(s, None, dim=-1)  # (..., n, E)
+    b = torch.einsum("...ab,...acb->...ac", u, torch.einsum("...ab,...cbd->...acd", x, w_e))  # (..., n, E)
+    dS = b.mul_(1 - alpha).mul_(alpha)  # (..., n, E)
+    return dS
+
+
+def mutant_moe_unselected_baseline_masked(u, x, mask, w_e, w_r):
+    """negative control moe-unselected-baseline: the baseline over every expert, selected or not (dS by the wrong form)."""
+    e_size = mask.shape[-1]
+    s = x @ w_r  # (..., n, E)
+    alpha = _softmax_(s, mask, dim=-1)  # (..., n, E)
+    b = torch.einsum("...ab,...acb->...ac", u, torch.einsum("...ab,...cbd->...acd", x, w_e))  # (..., n, E)
+    dS = alpha.mul_(b - (b / e_size).sum(dim=-1)[..., :, None])  # (..., n, E)
+    return dS
+
+
+def mutant_moe_unselected_baseline_unmasked(u, x, w_e, w_r):
+    """negative control moe-unselected-baseline: the baseline over every expert, selected or not (dS by the wrong form)."""
+    e_size = w_e.shape[-3]
+    s = x @ w_r  # (..., n, E)
+    alpha = _softmax_(s, None, dim=-1)  # (..., n, E)
+    b = torch.einsum("...ab,...acb->...ac", u, torch.einsum("...ab,...cbd->...acd", x, w_e))  # (..., n, E)
+    dS = alpha.mul_(b - (b / e_size).sum(dim=-1)[..., :, None])  # (..., n, E)
     return dS
