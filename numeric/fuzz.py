@@ -1,5 +1,6 @@
-"""The claim fuzzer's runner: random claims (derive.fuzz) through every proof path, labelled by the float64
-oracle (numeric.oracle); summaries and the command line.
+"""The claim fuzzer's runner: random claims (derive.fuzz) through every proof path, against a float64 oracle.
+
+Each claim is labelled by the oracle (numeric.oracle); summaries and the command line.
 
     python -m numeric.fuzz [--n N] [--seed S] [--paths general,fixed,rational] [--out FILE] [--budget S]
                            [--workers N | --scheduler ADDRESS] [--cache DIR] [--chunk K]
