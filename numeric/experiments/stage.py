@@ -418,11 +418,12 @@ class ExperimentStage:
         self.data["positive_controls"] = report
 
     def _frozen_sticky(self):
-        """E4's constructed run: the first fresh group's first two seeds, both arms, at the profile's sizes, with
-        W_Q and W_K frozen after a tenth of the steps (sticky.train's freeze_routing); the E4 rule's input is
-        its frame-precision curves. Returns (rule input, what results.json keeps)."""
+        """E4's constructed run: the first fresh group's first seed, both arms, the profile's steps at a length of
+        at most 1000 (a control need not be the experiment's size: a quarter of its cost), with W_Q and W_K frozen
+        after a tenth of the steps (sticky.train's freeze_routing); the E4 rule's input is its frame-precision
+        curves. Returns (rule input, what results.json keeps)."""
         base = self.cfgs["fresh"][0]
-        cfg = dataclasses.replace(base, seeds=base.seeds[:2], arms=("sgd", "em_like"))
+        cfg = dataclasses.replace(base, seeds=base.seeds[:1], arms=("sgd", "em_like"), length=min(base.length, 1000))
         freeze = max(1, cfg.steps // 10)
 
         def run():
