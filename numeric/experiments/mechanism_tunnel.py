@@ -213,7 +213,6 @@ def table(summary):
 def main(argv=None):
     from derive import profile as profiles
     from numeric import campaign
-    from numeric.experiments.stage import configs
 
     parser = argparse.ArgumentParser(prog="python -m numeric.experiments.mechanism_tunnel",
                                      description=__doc__.split("\n")[0])
@@ -225,7 +224,7 @@ def main(argv=None):
     campaign.add_arguments(parser)
     args = parser.parse_args(argv)
     sizes = profiles.get("quick" if args.quick else "default").experiments
-    cfg = from_sizes(sizes, configs(sizes)["tunnel"], args.extended)
+    cfg = from_sizes(sizes, windtunnel.from_sizes(sizes), args.extended)
     t0 = time.perf_counter()
     summary, outcome = run(cfg, cache_dir=f"{args.out}/cache/{LABEL}" if args.out else None, workers=args.workers,
                            scheduler=args.scheduler)

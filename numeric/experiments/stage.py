@@ -51,8 +51,7 @@ def configs(sizes):
                                          arms=("sgd", "em_like", "em_mstep")),
             "speed": dataclasses.replace(first, seeds=x.speed_seeds), "speed_steps": x.speed_steps,
             "dynamics": dynamics.DynamicsConfig(instances=x.dynamics_instances, train_steps=x.dynamics_train_steps),
-            "tunnel": windtunnel.TunnelConfig(steps=x.tunnel_steps, batch=x.tunnel_batch, eval_batch=x.tunnel_eval_batch,
-                                              length=x.tunnel_length),
+            "tunnel": windtunnel.from_sizes(x),
             "deep": deep_watch.DeepConfig.from_sizes(x)}
 
 

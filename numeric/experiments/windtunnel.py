@@ -47,6 +47,12 @@ class TunnelConfig:
         return self
 
 
+def from_sizes(sizes):
+    """The TunnelConfig of a profile's ExperimentSizes (derive.profile)."""
+    return TunnelConfig(steps=sizes.tunnel_steps, batch=sizes.tunnel_batch, eval_batch=sizes.tunnel_eval_batch,
+                        length=sizes.tunnel_length)
+
+
 def sample(cfg, batch, g):
     """Sequences (batch, length) with per-sequence transition matrices ~ Dirichlet(prior + sticky e_i)."""
     K = cfg.symbols
