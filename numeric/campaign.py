@@ -23,6 +23,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Callable
 
+from numeric.experiments.progress import Progress
+
 
 @dataclass(frozen=True)
 class Task:
@@ -95,32 +97,32 @@ def run(tasks, *, scheduler=None, workers=None, cache_dir=None, log=print, retri
         return out
     if inline:
         out.scheduler = "in this process"
-        _inline(tasks, todo, out, cache, log, retries, label, t0, on_result)
+        _inline(tasks, todo, out, cache, log, retries, label, on_result)
         out.seconds = round(time.perf_counter() - t0, 3)
         return out
     if cluster is not None:  # a Cluster, or a function that opens one (called only when there is work)
-        _on(cluster if isinstance(cluster, Cluster) else cluster(), tasks, todo, out, cache, log, retries, label, t0,
+        _on(cluster if isinstance(cluster, Cluster) else cluster(), tasks, todo, out, cache, log, retries, label,
             on_result)
     else:
         with Cluster(scheduler, workers, connect_timeout_s) as opened:
-            _on(opened, tasks, todo, out, cache, log, retries, label, t0, on_result)
+            _on(opened, tasks, todo, out, cache, log, retries, label, on_result)
     out.seconds = round(time.perf_counter() - t0, 3)
     return out
 
 
-def _on(cluster, tasks, todo, out, cache, log, retries, label, t0, on_result):
+def _on(cluster, tasks, todo, out, cache, log, retries, label, on_result):
     client = cluster.client
     out.workers = len(client.scheduler_info().get("workers", {}))
     out.scheduler = cluster.scheduler or "local"
-    _gather(client, tasks, todo, out, cache, log, retries, label, t0, on_result)
+    _gather(client, tasks, todo, out, cache, log, retries, label, on_result)
 
 
-def _gather(client, tasks, todo, out, cache, log, retries, label, t0, on_result):
+def _gather(client, tasks, todo, out, cache, log, retries, label, on_result):
     from distributed import as_completed
 
     futures = {client.submit(tasks[i].fn, *tasks[i].args, key=f"{label}-{tasks[i].key}", pure=False,
                              retries=retries): i for i in todo}
-    progress = _Progress(len(todo), label, log, t0)
+    progress = Progress(len(todo), label, log, unit="tasks done")
     for future in as_completed(futures):
         index = futures[future]
         if future.status == "error":
@@ -129,12 +131,12 @@ def _gather(client, tasks, todo, out, cache, log, retries, label, t0, on_result)
         else:
             _finished(out, cache, tasks, index, future.result(), on_result)
         future.release()
-        progress.step()
+        progress.update()
 
 
-def _inline(tasks, todo, out, cache, log, retries, label, t0, on_result):
+def _inline(tasks, todo, out, cache, log, retries, label, on_result):
     """The tasks one after another in this process: the same cache, retries and failures as on Dask."""
-    progress = _Progress(len(todo), label, log, t0)
+    progress = Progress(len(todo), label, log, unit="tasks done")
     for index in todo:
         for attempt in range(retries + 1):
             try:
@@ -145,7 +147,7 @@ def _inline(tasks, todo, out, cache, log, retries, label, t0, on_result):
                 continue
             _finished(out, cache, tasks, index, result, on_result)
             break
-        progress.step()
+        progress.update()
 
 
 def _finished(out, cache, tasks, index, result, on_result):
@@ -159,21 +161,6 @@ def _finished(out, cache, tasks, index, result, on_result):
 def _failed(out, task, exc, retries, label, log):
     out.failed[task.name] = f"{type(exc).__name__}: {exc}"[:500]
     log(f"  {label}: task {task.name} failed after {retries + 1} attempts: {out.failed[task.name]}")
-
-
-class _Progress:
-    """Tasks done / total, elapsed and an estimate of what is left, about 20 times a campaign (and at its end)."""
-
-    def __init__(self, total, label, log, t0):
-        self.total, self.label, self.log, self.t0, self.done = total, label, log, t0, 0
-        self.every = max(1, total // 20)
-
-    def step(self):
-        self.done += 1
-        if self.done % self.every == 0 or self.done == self.total:
-            elapsed = time.perf_counter() - self.t0
-            eta = elapsed / self.done * (self.total - self.done)
-            self.log(f"  {self.label}: {self.done}/{self.total} tasks done, {elapsed:.1f} s elapsed, about {eta:.0f} s left")
 
 
 class Cluster:
@@ -255,6 +242,27 @@ def add_arguments(parser):
     """--scheduler and --workers, as every campaign command takes them."""
     parser.add_argument("--scheduler", default=None, metavar="ADDRESS",
                         help="a running Dask scheduler (tcp://host:8786); default: a local cluster started here")
-    parser.add_argument("--workers", type=int, default=None, metavar="N",
+    parser.add_argument("--workers", type=_workers, default=None, metavar="N",
                         help="workers of the local cluster (default: one per CPU; 0: run the tasks in this process, "
                              "without Dask; ignored with --scheduler)")
+
+
+def _workers(text):
+    """--workers: a non-negative integer (0: in this process)."""
+    import argparse
+
+    try:
+        n = int(text)
+    except ValueError:
+        n = -1
+    if n < 0:
+        raise argparse.ArgumentTypeError(f"must be a non-negative integer (0: in this process), got {text!r}")
+    return n
+
+
+def refused(prog, exc):
+    """A campaign that cannot run (CampaignError) as a command reports it: one line on stderr, exit status 2."""
+    import sys
+
+    print(f"{prog}: {exc}", file=sys.stderr)
+    return 2

@@ -335,21 +335,18 @@ def main(argv=None):
     ap.add_argument("--cache", default=None, metavar="DIR",
                     help="keep each finished task's rows here: an interrupted campaign resumes from them")
     campaign.add_arguments(ap)
-    ap.add_argument("--jobs", type=int, dest="workers", help=argparse.SUPPRESS)  # the older name of --workers
+    ap.add_argument("--jobs", type=campaign._workers, dest="workers", help=argparse.SUPPRESS)  # --workers' older name
     args = ap.parse_args(argv)
     paths = [p for p in args.paths.split(",") if p]
     if args.n < 1 or args.chunk < 1 or any(p not in PATHS for p in paths) or not paths:
         ap.error(f"--n and --chunk must be >= 1 and --paths a subset of {','.join(PATHS)}")
-    if args.workers is not None and args.workers < 0:
-        ap.error("--workers must be >= 0 (0: in this process)")
     if not args.budget > 0:
         ap.error("--budget must be a positive number of seconds")
     try:
         summary = run(args.n, args.seed, paths, args.workers, budget_s=args.budget, scheduler=args.scheduler,
                       cache_dir=args.cache, chunk=args.chunk)
     except campaign.CampaignError as exc:
-        print(f"python -m numeric.fuzz: {exc}", file=sys.stderr)
-        return 2
+        return campaign.refused(ap.prog, exc)
     report(summary)
     if args.out:
         with open(args.out, "w") as fh:

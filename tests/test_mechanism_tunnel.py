@@ -19,17 +19,13 @@ TINY = mt.MechanismTunnelConfig(tunnel=windtunnel.TunnelConfig(length=10, batch=
 QUIET = dict(log=lambda *a: None)
 
 
-def strip(summary):
-    return {m: {k: v for k, v in s.items()} for m, s in summary.items()}
-
-
 def test_tunnel_on_one_and_two_workers_is_the_same_and_resumes(tmp_path):
     one, o1 = mt.run(TINY, workers=1, **QUIET)
     two, o2 = mt.run(TINY, workers=2, cache_dir=tmp_path, **QUIET)
     assert (o1.workers, o2.workers) == (1, 2) and o1.computed == 14 and not o2.failed
-    assert strip(one) == strip(two)
+    assert one == two
     again, o3 = mt.run(TINY, workers=0, cache_dir=tmp_path, **QUIET)
-    assert o3.cached == 14 and o3.computed == 0 and strip(again) == strip(two)
+    assert o3.cached == 14 and o3.computed == 0 and again == two
     for s in one.values():
         assert s["seeds"] == [0, 1, 2] and s["finite"] and set(s["arms"]) == set(mt.ARMS)
         for arm in mt.ARMS:
@@ -58,6 +54,25 @@ def test_the_tunnel_learns_and_em_like_scales_only_the_content():
     params = mt.init_params(TINY, "moe", (0, 1))
     assert params["W_E"].shape == (2, 2, 1, ml.EXPERTS, 2 * TINY.tunnel.symbols, TINY.tunnel.d_v)
     assert torch.equal(params["W_E"][0], params["W_E"][1])  # both arms start from one point
+
+
+@pytest.mark.parametrize("module", [mt, mg])
+def test_the_commands_refuse_a_bad_worker_count_and_an_unreachable_scheduler(module, capsys):
+    with pytest.raises(SystemExit) as e:
+        module.main(["--quick", "--workers", "-1"])
+    assert e.value.code == 2 and "must be a non-negative integer" in capsys.readouterr().err
+    from numeric import campaign
+
+    def unreachable(*a, **k):
+        raise campaign.CampaignError("cannot reach the Dask scheduler tcp://127.0.0.1:1: refused")
+
+    module_run = module.run
+    try:
+        module.run = unreachable
+        assert module.main(["--quick", "--scheduler", "tcp://127.0.0.1:1"]) == 2
+    finally:
+        module.run = module_run
+    assert "cannot reach the Dask scheduler" in capsys.readouterr().err
 
 
 def test_bad_tunnel_configs_name_the_field():

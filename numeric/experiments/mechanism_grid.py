@@ -157,7 +157,6 @@ def _train(cfg, mechanism, seeds):
     blocks = ml.query_blocks(T, cfg.blocks)
     params = ml.init_params(scfg, mechanism, seeds, len(cfg.arms), scfg.torch_dtype)
     lrs = learning_rates(mechanism, cfg.arms, params)
-    leaves = list(params.values())
     curve = []
     marks = checkpoints(cfg.steps, cfg.checkpoints)
     rows = [int(r) for r in torch.linspace(0, T - 1, min(scfg.tracked_rows, T)).round().long()]
@@ -170,10 +169,7 @@ def _train(cfg, mechanism, seeds):
         if step == cfg.steps:
             break
         loss = ml.losses(mechanism, params, data.x, data.y, blocks=blocks)
-        grads = torch.autograd.grad(loss.sum(), leaves)
-        with torch.no_grad():
-            for (name, p), g in zip(params.items(), grads):
-                p.sub_(lrs[name] * g)
+        ml.descend(params, lrs, loss)
         curve.append(loss.detach())
     loop = time.perf_counter() - t0
     with torch.no_grad():
@@ -352,13 +348,8 @@ def step_times(cfg, mechanisms=None, steps=3, rounds=3, forms=False, log=None):
 
 
 def _steps(mechanism, form, params, lrs, data, blocks, n):
-    leaves = list(params.values())
     for _ in range(n):
-        loss = ml.losses(mechanism, params, data.x, data.y, form=form, blocks=blocks)
-        grads = torch.autograd.grad(loss.sum(), leaves)
-        with torch.no_grad():
-            for (name, p), g in zip(params.items(), grads):
-                p.sub_(lrs[name] * g)
+        ml.descend(params, lrs, ml.losses(mechanism, params, data.x, data.y, form=form, blocks=blocks))
 
 
 def _trivial(i):
@@ -429,7 +420,10 @@ def main(argv=None):
     cfg = from_sizes(sizes.mechanism_grid_extended if args.extended else sizes.mechanism_grid)
     cache = f"{args.out}/cache/{LABEL}" if args.out else None
     t0 = time.perf_counter()
-    merged, outcome = run(cfg, cache_dir=cache, workers=args.workers, scheduler=args.scheduler)
+    try:
+        merged, outcome = run(cfg, cache_dir=cache, workers=args.workers, scheduler=args.scheduler)
+    except campaign.CampaignError as exc:
+        return campaign.refused(parser.prog, exc)
     wall = time.perf_counter() - t0
     summary = summarise(cfg, merged)
     labels, source = competition_labels(None, cfg.mechanisms)
@@ -442,7 +436,7 @@ def main(argv=None):
     out = {"config": dataclasses.asdict(cfg), "wall_s": wall, "workers": outcome.workers, "computed": outcome.computed,
            "cached": outcome.cached, "failed": outcome.failed, "labels_source": source}
     if args.overhead:
-        out["overhead"] = scheduling_overhead(args.overhead, campaign.worker_count(args.workers), args.scheduler)
+        out["overhead"] = scheduling_overhead(args.overhead, campaign.worker_count(args.workers or None), args.scheduler)
         print("scheduling overhead: " + json.dumps(out["overhead"]))
     if args.json:
         with open(args.json, "w") as fh:

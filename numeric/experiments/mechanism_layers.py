@@ -268,6 +268,15 @@ def losses(mechanism, p, x, y, mask=None, form="quadratic", blocks=None):
     return -logp.gather(-1, y.expand(logp.shape[:-1])[..., None]).squeeze(-1).mean(-1)
 
 
+def descend(params, lrs, loss):
+    """One SGD step of every run at once: the gradient of the runs' summed loss (the runs share no parameter), each
+    parameter moved by its own per-arm learning rate lrs[name] (broadcast over its leading arm axis)."""
+    grads = torch.autograd.grad(loss.sum(), list(params.values()))
+    with torch.no_grad():
+        for (name, p), g in zip(params.items(), grads):
+            p.sub_(lrs[name] * g)
+
+
 def probabilities(mechanism, p, x, mask=None, form="quadratic", blocks=None):
     return (mix(mechanism, p, x, mask, form, blocks) @ p["W_O"]).softmax(-1)
 

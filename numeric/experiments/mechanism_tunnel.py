@@ -114,15 +114,12 @@ def _train(cfg, mechanism, seeds):
                             for a in ARMS], dtype=torch.float64).view(-1, *([1] * (p.dim() - 1)))
            for n, p in params.items()}
     gens = [torch.Generator().manual_seed(int(s) + 17) for s in seeds]  # the same sequences for every mechanism
-    leaves, curve = list(params.values()), []
+    curve = []
     t0 = time.perf_counter()
     for _ in range(t.steps):
         x, y, _ = _batch(cfg, gens, t.batch)
         loss = ml.losses(mechanism, params, x, y).mean(-1)  # (A, S): the mean over sequences and positions
-        grads = torch.autograd.grad(loss.sum(), leaves)
-        with torch.no_grad():
-            for (name, p), g in zip(params.items(), grads):
-                p.sub_(lrs[name] * g)
+        ml.descend(params, lrs, loss)
         curve.append(loss.detach())
     seconds = time.perf_counter() - t0
     evaluation = [torch.Generator().manual_seed(int(s) + 99) for s in seeds]
@@ -226,8 +223,11 @@ def main(argv=None):
     sizes = profiles.get("quick" if args.quick else "default").experiments
     cfg = from_sizes(sizes, windtunnel.from_sizes(sizes), args.extended)
     t0 = time.perf_counter()
-    summary, outcome = run(cfg, cache_dir=f"{args.out}/cache/{LABEL}" if args.out else None, workers=args.workers,
-                           scheduler=args.scheduler)
+    try:
+        summary, outcome = run(cfg, cache_dir=f"{args.out}/cache/{LABEL}" if args.out else None,
+                               workers=args.workers, scheduler=args.scheduler)
+    except campaign.CampaignError as exc:
+        return campaign.refused(parser.prog, exc)
     print(table(summary))
     print(f"tunnel: {len(cfg.mechanisms)} mechanisms x {len(cfg.seeds)} seeds x {len(ARMS)} arms, "
           f"{cfg.tunnel.steps} steps of {cfg.tunnel.batch} sequences; {outcome.computed} tasks computed, "

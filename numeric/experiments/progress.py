@@ -9,8 +9,8 @@ class Progress:
     """`initial`: steps already done when counting starts (a resumed run); the rate, and so the time left,
     comes from the steps run since."""
 
-    def __init__(self, total, desc, log=print, initial=0):
-        self.total, self.desc, self.log = total, desc, log
+    def __init__(self, total, desc, log=print, initial=0, unit="steps"):
+        self.total, self.desc, self.log, self.unit = total, desc, log, unit
         self.initial = self.done = initial
         self.t0 = time.perf_counter()
         self.next_tenth = self._tenths(initial) + 1  # the next 10% mark past the starting point
@@ -18,7 +18,7 @@ class Progress:
         if sys.stderr.isatty():
             from tqdm import tqdm
 
-            self.bar = tqdm(total=total, initial=initial, desc=desc, mininterval=1.0, leave=False)
+            self.bar = tqdm(total=total, initial=initial, desc=desc, unit=unit, mininterval=1.0, leave=False)
 
     def _tenths(self, done):
         return 10 * done // max(self.total, 1)
@@ -30,7 +30,7 @@ class Progress:
         elif self._tenths(self.done) >= self.next_tenth:
             elapsed = time.perf_counter() - self.t0
             eta = elapsed * (self.total - self.done) / max(self.done - self.initial, 1)
-            self.log(f"    {self.desc}: {self.done}/{self.total} steps, {elapsed:.0f}s elapsed, ~{eta:.0f}s left")
+            self.log(f"    {self.desc}: {self.done}/{self.total} {self.unit}, {elapsed:.0f}s elapsed, ~{eta:.0f}s left")
             self.next_tenth = self._tenths(self.done) + 1
 
     def close(self):

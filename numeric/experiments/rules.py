@@ -1131,7 +1131,7 @@ def g2(kl, competition, seed=0, resamples=G2_RESAMPLES):
     d = float(point[~on].mean() - point[on].mean())
     lo, hi = st.expanded_percentiles(D, n, G2_LEVEL)
     relabel = [point[~np.array(s, bool)].mean() - point[np.array(s, bool)].mean()
-               for s in ([m in chosen for m in logs] for chosen in _combinations(list(logs), int(on.sum())))]
+               for s in ([lab[m] for m in logs] for lab in g1_relabelings({m: competition[m] for m in logs}))]
     p = float(np.mean([r >= d - 1e-12 for r in relabel]))
     measured.update(log2_ratio=d, ratio=float(2 ** d), log2_ratio_ci95=[lo, hi], ratio_ci95=[float(2 ** lo), float(2 ** hi)],
                     n_seeds=n, permutation_p=p, relabelings=len(relabel))
@@ -1148,12 +1148,6 @@ def g2(kl, competition, seed=0, resamples=G2_RESAMPLES):
                                   f"separates them as well", measured)
     return Rule("partly-reproduced", f"{head}: closer on average, but another partition separates the KLs as well "
                                      f"or better (p {p:.3f} > {G2_PERM_P})", measured)
-
-
-def _combinations(names, k):
-    import itertools
-
-    return [set(c) for c in itertools.combinations(names, k)]
 
 
 def g2_synthetic(seed=0, seeds=4, competing=("softmax", "linear", "gate", "moe"), others=("sigmoid", "ssd", "lstm"),
