@@ -31,10 +31,11 @@ class Ix(NamedTuple):
 class RingBackend(AttentionModel):
     """The model at fixed sizes over a differential ring."""
 
-    def __init__(self, setting, sizes: dict, context=""):
+    def __init__(self, setting, sizes: dict, context="", check=None):
+        """`check`: the proof path's time budget, called by the ring as it works (`derive.ring.DiffRing`)."""
         super().__init__(setting, context)
         self.sizes = self.mechanism_sizes(sizes)
-        self.ring = DiffRing()
+        self.ring = DiffRing(check)
 
     def dim_of(self, ix):
         return ix.dim
@@ -57,10 +58,7 @@ class RingBackend(AttentionModel):
         return self.ring.const(self.sizes[dim])  # a ring element: 1 / m.size("n") stays exact (an int would give a float)
 
     def _sum(self, dim, body):
-        total = 0
-        for r in range(self.sizes[dim]):
-            total = body(Ix(dim, r)) + total
-        return total
+        return self.ring.add_all(body(Ix(dim, r)) for r in range(self.sizes[dim]))
 
     def exp(self, x):
         return self.ring.exp(x)

@@ -67,23 +67,51 @@ class Outcome:
         return self.status in POSITIVE
 
 
+_deadline = threading.local()  # .at: (time.monotonic() to stop at, the budget in s) of this thread's innermost budget
+
+
 @contextmanager
 def budget(seconds):
-    """Raise ProofTimeout after `seconds` of wall time (main thread only; else unbounded)."""
-    if not seconds or threading.current_thread() is not threading.main_thread():
+    """Raise ProofTimeout once `seconds` of wall time have passed, in two ways.
+
+    - `check_budget`, which the paths' long loops call (the fixed path's ring at every operation and every few
+      thousand term products, `derive.ring.DiffRing.check`): it works in any thread. A Dask worker runs its
+      tasks in a thread of its own, where no signal arrives, so without it the fuzzer's budget did not hold
+      (a fixed-path claim ran two minutes on an 8 s budget).
+    - SIGALRM, in the main thread only: it interrupts what no check reaches (SymPy's own loops on the general
+      path) between any two bytecodes.
+
+    A budget inside another stops at the earlier of the two deadlines."""
+    if not seconds:
         yield
         return
-
-    def expire(signum, frame):
-        raise ProofTimeout(f"exceeded its time budget of {seconds:g} s")
-
-    previous = signal.signal(signal.SIGALRM, expire)
-    signal.setitimer(signal.ITIMER_REAL, seconds)
+    outer = getattr(_deadline, "at", None)
+    mine = (time.monotonic() + seconds, seconds)
+    _deadline.at = mine if outer is None or mine[0] < outer[0] else outer
     try:
-        yield
+        if threading.current_thread() is not threading.main_thread():
+            yield
+            return
+
+        def expire(signum, frame):
+            raise ProofTimeout(f"exceeded its time budget of {seconds:g} s")
+
+        previous = signal.signal(signal.SIGALRM, expire)
+        signal.setitimer(signal.ITIMER_REAL, seconds)
+        try:
+            yield
+        finally:
+            signal.setitimer(signal.ITIMER_REAL, 0)
+            signal.signal(signal.SIGALRM, previous)
     finally:
-        signal.setitimer(signal.ITIMER_REAL, 0)
-        signal.signal(signal.SIGALRM, previous)
+        _deadline.at = outer
+
+
+def check_budget():
+    """Raise ProofTimeout if this thread's innermost `budget` has run out (nothing outside a budget)."""
+    at = getattr(_deadline, "at", None)
+    if at is not None and time.monotonic() > at[0]:
+        raise ProofTimeout(f"exceeded its time budget of {at[1]:g} s")
 
 
 def _sides(identity, model, ix, derived, closed):
@@ -122,6 +150,7 @@ def general(identity, masked, context, seed=0, derived=None, closed=None):
     suffix = f" [{note}]" if note else ""
     if numerator == 0:
         return "proved", "normal form of derived - closed = 0" + suffix, [], None, []
+    check_budget()  # no witness search past the budget (SymPy's normal form runs unchecked outside the main thread)
     rng = random.Random(seed)  # the rational path's draws, the five dimensions pairwise distinct
     drawn = [rational_points.draw_sizes(rng, distinct=True) for _ in range(GENERAL_DRAWS)]
     sizes, where = witness_sizes(m.size_polynomial(numerator), drawn)
@@ -156,11 +185,13 @@ def fixed(identity, masked, context, grid, seed=0, derived=None, closed=None):
     per_size, tried = [], []
     for sizes in grid:
         t0 = time.perf_counter()
-        m = RingBackend(identity.setting("ce", masked), sizes, context)
+        m = RingBackend(identity.setting("ce", masked), sizes, context, check=check_budget)
         tried.append(dict(m.sizes))  # as the backend completed them (a mechanism's own dims included)
         for ix in m.assignments(identity.free):
+            check_budget()
             lhs, rhs = _sides(identity, m, ix, derived, closed)
             if not m.equal(lhs, rhs):
+                check_budget()  # no witness search past the budget
                 where = f"nonzero difference at {_fmt(sizes)}, indices {tuple(i.value for i in ix)}"
                 status, text, witness = _refute(identity, masked, context, [sizes], seed, derived, closed, where)
                 return status, text, per_size, witness, []
@@ -188,6 +219,7 @@ def rational(identity, masked, context, points, seed, derived=None, closed=None)
     setting = identity.setting("ce", masked)
     checked, drawn, tried, uncertified = 0, [], [], []
     for k in range(max(1, points)):
+        check_budget()
         sizes = rational_points.draw_sizes(rng, first=k == 0, distinct=rng.random() < rational_points.DISTINCT_SHARE)
         found = _rational_point(identity, setting, sizes, rng, context, derived, closed)
         if found is None:

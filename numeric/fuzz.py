@@ -28,6 +28,9 @@ PATHS = ("general", "fixed", "rational")
 FIXED_GRID = ({"n": 2, "dk": 4, "dv": 5, "m": 6, "dx": 3}, {"n": 3, "dk": 5, "dv": 6, "m": 4, "dx": 2})
 BUDGET_S = 8.0  # seconds per path per claim: over it the path is undecided (the fixed path's exact zero test is the slow one)
 PROGRESS_EVERY = 50
+# In the cache key: 2 since the budget holds in a worker's thread (rows cached before it may record a path that ran
+# far past its budget and decided; they are not read).
+ROWS_FORMAT = 2
 
 
 POSITIVE = ("proved", "holds")  # proved: at every size (general path); holds: at the sizes the path tried
@@ -119,7 +122,7 @@ def tasks(n, seed, paths, budget_s, chunk=CHUNK):
     from derive import __version__
     from numeric import campaign
 
-    tag = f"paths={'+'.join(paths)}/budget={budget_s:g}/v{__version__}"
+    tag = f"paths={'+'.join(paths)}/budget={budget_s:g}/v{__version__}/rows{ROWS_FORMAT}"
     return [campaign.Task(f"fuzz/seed={seed}/claims={lo}-{min(lo + chunk, n) - 1}/{tag}", fuzz_chunk,
                           (seed, lo, min(lo + chunk, n), tuple(paths), budget_s)) for lo in range(0, n, chunk)]
 

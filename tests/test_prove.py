@@ -1,5 +1,7 @@
 """Every registered identity is proved at general size and holds at every size the fixed-size paths try;
 every mutant is rejected by every path."""
+import time
+
 import pytest
 from conftest import equality_mutants, identities, identity_ids, part_of
 
@@ -42,3 +44,72 @@ def test_a_proof_over_budget_fails_with_the_reason():
     out = run_path("general", claim_identity[1], True, "C8", dict(OPTIONS, budget_s=0.005))
     assert out.status == "undecided"
     assert "ProofTimeout" in out.reason and "budget" in out.reason
+
+
+# -- the time budget outside the main thread (a Dask worker runs its tasks in a thread of its own) --------------
+SLOW_CLAIM = 24  # fuzz seed 0: SSD, params level, d(dL/dc)/d ell_r; its fixed path ran 122 s on an 8 s budget in a Dask worker
+QUICK_CLAIMS = {9: "holds", 19: "disproved"}  # fuzz seed 0: qk / scores level, decided in a tenth of a second
+SMALL_BUDGET_S = 1.0
+SLACK_S = 1.0  # the fixed path checks its budget every few thousand term products (milliseconds)
+
+
+def _fuzz_path(index, masked, thread, budget_s, path="fixed"):
+    """(outcome, wall seconds) of one path on fuzz claim `index` (seed 0) with the fuzzer's options, run in the
+    main thread or in another one."""
+    from concurrent.futures import ThreadPoolExecutor
+
+    from derive.fuzz.generate import generate_one
+    from numeric.fuzz import FIXED_GRID
+
+    claim = generate_one(0, index)
+    identity = claim.identity()
+    options = {"grid": list(FIXED_GRID), "points": 2, "seed": index, "budget_s": budget_s}
+
+    def timed():
+        t0 = time.perf_counter()
+        out = run_path(path, identity, masked, claim.name, options)
+        return out, time.perf_counter() - t0
+
+    if thread == "main":
+        return timed()
+    with ThreadPoolExecutor(1) as pool:
+        return pool.submit(timed).result()
+
+
+@pytest.mark.parametrize("thread", ["main", "worker"])
+def test_the_fixed_path_keeps_its_budget_in_any_thread(thread):
+    """Over its budget the fixed path is undecided, within about a second of it, also in a thread SIGALRM never
+    reaches (there it ran on to a verdict two minutes later)."""
+    out, seconds = _fuzz_path(SLOW_CLAIM, True, thread, SMALL_BUDGET_S)
+    assert out.status == "undecided" and "ProofTimeout" in out.reason and "budget" in out.reason, out.measured
+    assert seconds < SMALL_BUDGET_S + SLACK_S, f"{seconds:.2f} s on a {SMALL_BUDGET_S:g} s budget"
+
+
+@pytest.mark.parametrize("index,expected", sorted(QUICK_CLAIMS.items()))
+def test_a_claim_within_its_budget_is_still_decided_in_a_worker_thread(index, expected):
+    for masked in (False, True):
+        out, _ = _fuzz_path(index, masked, "worker", SMALL_BUDGET_S)
+        assert out.status == expected, out.measured
+
+
+def test_budgets_nest_and_end_in_any_thread():
+    """check_budget raises once the innermost budget is spent, the outer one holds again after it, and nothing
+    is checked outside a budget."""
+    from concurrent.futures import ThreadPoolExecutor
+
+    from derive.prove import ProofTimeout, budget, check_budget
+
+    def spend():
+        check_budget()
+        with budget(60):
+            with pytest.raises(ProofTimeout, match="budget of 0.05 s"):
+                with budget(0.05):
+                    while True:
+                        check_budget()
+            check_budget()  # the outer budget, 60 s, is not spent
+        time.sleep(0.06)
+        check_budget()
+        return True
+
+    with ThreadPoolExecutor(1) as pool:
+        assert pool.submit(spend).result()

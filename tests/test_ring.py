@@ -112,3 +112,67 @@ def test_the_zero_test_splits_off_generators_no_denominator_holds():
     ratio = eta / (eta + 1) + 1 / (eta + 1) - 1
     assert ring.split_free(ratio) == [ratio] and ring.is_zero(ratio)
     assert not ring.is_zero(eta / (eta + 1) - 1)
+
+
+def test_a_long_product_checks_the_budget_between_its_rows():
+    """A single product of thousands of terms by thousands runs for seconds: `check` is called inside it, not only
+    before, so a budget that runs out mid-product stops it."""
+    from derive.ring import CHECK_EVERY
+
+    calls = []
+
+    def check():
+        calls.append(1)
+        if armed and len(calls) > 3:
+            raise TimeoutError("budget")
+
+    armed = False
+    ring = DiffRing(check)
+    a = ring.add_all(ring.leaf(("a", i)) for i in range(300))
+    b = ring.add_all(ring.leaf(("b", i)) for i in range(300))
+    assert len(a) * len(b) > 4 * CHECK_EVERY
+    calls.clear()
+    armed = True
+    with pytest.raises(TimeoutError):
+        a * b
+    armed = False
+    assert len(a * b) == 300 * 300  # unchecked to the end, the same product
+
+
+def test_in_place_arithmetic_matches_the_term_by_term_definition():
+    """Products, sums, differences and the zero test, accumulated in place, against the definitions on terms."""
+    import random
+
+    rng = random.Random(0)
+    ring = DiffRing()
+    gens = [ring.leaf(("x", i)) for i in range(4)] + [ring.exp(ring.leaf("y"))]
+    inv = 1 / (gens[0] + gens[4])
+
+    def poly():
+        return ring.add_all(rng.randint(-3, 3) * gens[rng.randrange(5)] ** rng.randint(0, 3) * gens[rng.randrange(5)]
+                            for _ in range(rng.randint(0, 8)))
+
+    def product(a, b):
+        out = {}
+        for m1, c1 in a.items():
+            for m2, c2 in b.items():
+                out[m1 + m2] = out.get(m1 + m2, 0) + c1 * c2
+        return {m: c for m, c in out.items() if c}
+
+    def combined(a, b, sign):
+        out = dict(a)
+        for m, c in b.items():
+            out[m] = out.get(m, 0) + sign * c
+        return {m: c for m, c in out.items() if c}
+
+    for _ in range(200):
+        a, b, c = (ring.const(0) + poly() for _ in range(3))  # a Poly even where the sum is of ints only
+        assert (a * b).terms == product(a.terms, b.terms)
+        assert (a - b).terms == combined(a.terms, b.terms, -1) and (a + b).terms == combined(a.terms, b.terms, 1)
+        assert ring.add_all([a, 2, b, -2, c]).terms == combined(combined(a.terms, b.terms, 1), c.terms, 1)
+        assert all(0 not in p.terms.values() for p in (a * b, a - b, ring.add_all([a, -a, b])))
+        assert ring.is_zero(a * b - b * a) and ring.is_zero(a * inv * (gens[0] + gens[4]) - a)
+        assert ring.is_zero(b + a * inv - a * inv - b)
+        mixed = c * inv + b + a * gens[1] * inv
+        assert ring.is_zero(mixed) == (not ring.clear_inverses(mixed))  # split, as clearing it whole decides
+    assert ring.add_all([1, 2]) == 3 and ring.add_all([]) == 0

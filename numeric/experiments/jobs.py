@@ -91,7 +91,26 @@ def _quiet(*_args, **_kwargs):
 
 def run_job(job, out_dir, device):
     """A campaign task: compute `job`'s records not yet in the cache under `out_dir` and write them there (a
-    sticky run resumes from its saved state). Returns the seconds it took (the records stay on disk)."""
+    sticky run resumes from its saved state). Returns the seconds it took (the records stay on disk).
+
+    Torch runs on one thread inside the call (the caller's setting restored after), and glibc's heap keeps the
+    step's large blocks (mechanism_grid.large_allocations: Dask's nanny sets MALLOC_TRIM_THRESHOLD_, which leaves
+    every block of a step mapped afresh and page-faulted). Without the latter the default profile's sticky groups
+    took 2.0-2.4x their time on 2 threads in one process (e.g. the replay 252 s against 103 s)."""
+    import torch
+
+    from numeric.experiments.mechanism_grid import large_allocations
+
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)
+    large_allocations()
+    try:
+        return _run_job(job, out_dir, device)
+    finally:
+        torch.set_num_threads(threads)
+
+
+def _run_job(job, out_dir, device):
     t0 = time.perf_counter()
     cache = Cache(out_dir)
     cfg = job.cfg
