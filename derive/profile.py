@@ -301,13 +301,13 @@ class Profile:
         query blocks are within ~10% of each other (16 chosen); on a GPU the count that avoids being
         launch-bound is measured by `python -m numeric.gpu_check` (ms per step by block count) and not
         yet set from a measurement."""
-        if device_type(device) != "cuda":
+        if _device_type(device) != "cuda":
             return self
         out = self.replace("experiments", mstep_groups=tuple(range(len(self.experiments.fresh))))
         return out.replace("numeric", bench="gpu") if self.numeric.bench == "default" else out
 
 
-def device_type(device):
+def _device_type(device):
     """'cuda' for 'cuda' and 'cuda:N' (no torch import here), else the name before any ':'."""
     return str(device).split(":", 1)[0]
 

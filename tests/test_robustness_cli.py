@@ -373,7 +373,7 @@ def test_threads_recorded(tmp_path):
 
 def test_experiment_stage_respects_thread_count(tmp_path, monkeypatch):
     before = torch.get_num_threads()
-    for step in ("prefetch", "sticky_replay", "typicality", "sticky_fresh", "exactness", "sweep", "speed", "simulations", "tunnel",
+    for step in ("sticky_replay", "typicality", "sticky_fresh", "exactness", "sweep", "speed", "simulations", "tunnel",
                  "negative_controls"):
         monkeypatch.setattr(ExperimentStage, step, lambda self: None)
 

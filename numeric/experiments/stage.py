@@ -16,7 +16,7 @@ import torch
 from derive import profile as profiles
 from derive.results import Check, default_threads
 from numeric import campaign
-from numeric.experiments import chain, deep_watch, dynamics, jobs, replay, rules, speed, sticky, typicality, windtunnel
+from numeric.experiments import chain, deep_watch, dynamics, replay, rules, speed, sticky, typicality, windtunnel
 from numeric.experiments import stats as st
 from numeric.experiments.cache import Cache
 from numeric.experiments.frame import combine as combine_frames
@@ -105,7 +105,6 @@ class ExperimentStage:
     def _run(self):
         torch.set_num_threads(self.thread_count())
         self.results.environment.setdefault("threads", torch.get_num_threads())
-        self.prefetch()
         self.sticky_replay()
         self.typicality()
         self.sticky_fresh()
@@ -126,7 +125,7 @@ class ExperimentStage:
         self.results.record(Check(cid, "experiments", "experiment", claim, "pass" if ok else "fail", round(seconds, 3),
                                   measured, expected, detail), self.log, note="")
 
-    def _train(self, name, cfg, freeze_routing=None):
+    def _train(self, name, cfg):
         partial = self.cache.key(name, cfg, self.device).with_suffix(".partial")
 
         def run():
@@ -139,51 +138,14 @@ class ExperimentStage:
                     self.log(f"  resuming {name} at step {step}/{cfg.steps} from {partial.name}")
                 bar = Progress(cfg.steps, desc, self.log, initial=step)
 
-            out = jobs.sticky_record(cfg, self.device, state_path=partial, progress=lambda s: bar.update(1),
-                                     on_start=start, log=self.log, freeze_routing=freeze_routing)
+            t0 = time.perf_counter()
+            r = sticky.train(cfg, self.device, progress=lambda s: bar.update(1), state_path=partial, on_start=start,
+                             log=self.log)
             bar.close()
-            return out
+            partial.unlink(missing_ok=True)
+            return {"run": r, "seconds": time.perf_counter() - t0}
 
         return self.cache.get_or_run(name, cfg, self.device, run, self.log)
-
-    def _evaluate(self, name, cfg, run, suffix, heldout):
-        return self.cache.get_or_run(f"{name}-{suffix}", cfg, self.device,
-                                     lambda: jobs.evaluation_record(cfg, run, self.device, heldout), self.log)
-
-    # -- the training runs, ahead of the steps that read them -------------------------------------------------
-    def _jobs(self):
-        """Every training run this stage will read (numeric.experiments.jobs.Job), under the names its steps cache
-        them by: the replay, the fresh groups with their evaluations, the LR-ratio sweep unless it is left to
-        --extended, the wind tunnel's arms, the deep model, and the E4 and W1 positive controls' constructed runs."""
-        replay_cfg = self.cfgs["replay"]
-        out = [jobs.Job("sticky", "sticky-replay", replay_cfg,
-                        evaluations=(jobs.EVALUATIONS[:1] if replay_cfg.steps == replay.AUTHORS_STEPS else ()))]
-        out += [jobs.Job("sticky", f"sticky-fresh-{i}", cfg, evaluations=jobs.EVALUATIONS)
-                for i, cfg in enumerate(self.cfgs["fresh"])]
-        if not self._opt_in("sweep"):
-            out += [jobs.Job("sticky", name, cfg) for name, cfg in self._sweep_runs()]
-        out += [jobs.Job("tunnel", f"tunnel-{windtunnel.EVALUATION}-{arm}", self.cfgs["tunnel"], arm=arm)
-                for arm in windtunnel.ARMS]
-        out += [jobs.Job("deep", f"deep-watch-{deep_watch.EVALUATION}", self.cfgs["deep"]), *self._frozen_jobs()]
-        return out
-
-    def prefetch(self):
-        """On a CPU with more than one thread for the stage: every training run not yet cached, as one campaign on
-        the stage's cluster (one single-thread worker per thread, the longest runs first); the steps below then
-        read them from the cache. Elsewhere (CUDA, one thread) each step trains its runs in this process."""
-        if profiles.device_type(self.device) != "cpu" or self.thread_count() < 2:
-            return
-        todo = sorted((j for j in self._jobs() if not j.cached(self.cache, self.device)), key=lambda j: -j.cost)
-        if not todo:
-            return
-        self.cache.sweep(self.log)
-        self.log(f"  training {len(todo)} runs as campaign tasks: {', '.join(j.name for j in todo)}")
-        t0 = time.perf_counter()
-        outcome = campaign.run([j.task(self.cache.root.parent, self.device) for j in todo], cluster=self.campaign,
-                               log=self.log, label="experiments: training runs")
-        self.data["training_campaign"] = {
-            "runs": [j.name for j in todo], "task_seconds": dict(zip((j.name for j in todo), outcome.results)),
-            "failed": outcome.failed, "workers": outcome.workers, "wall_s": round(time.perf_counter() - t0, 3)}
 
     # -- E1-E4 -----------------------------------------------------------------------------------------
     def sticky_replay(self):
@@ -195,7 +157,8 @@ class ExperimentStage:
         run = out["run"]
         L = run.losses.numpy()
         full = cfg.steps == replay.AUTHORS_STEPS
-        ev = self._evaluate("sticky-replay", cfg, run, "eval", False) if full else None
+        ev = (self.cache.get_or_run("sticky-replay-eval", cfg, self.device,
+                                    lambda: sticky.evaluate(cfg, run.params, self.device), self.log) if full else None)
         cmp = replay.compare(list(cfg.seeds), cfg.steps, L, *((ev["entropy"].tolist(), ev["accuracy"].tolist())
                                                               if ev else ()))
         data = {"seeds": list(cfg.seeds), "steps": cfg.steps, "length": cfg.length, "stream": cfg.stream,
@@ -255,7 +218,9 @@ class ExperimentStage:
             name = f"sticky-fresh-{i}"
             out = self._train(name, cfg)
             run = out["run"]
-            ev, held = [self._evaluate(name, cfg, run, suffix, heldout) for suffix, heldout in jobs.EVALUATIONS]
+            ev, held = [self.cache.get_or_run(f"{name}-{kind}", cfg, self.device,
+                                              lambda c=cfg, r=run, h=heldout: sticky.evaluate(c, r.params, self.device, heldout=h),
+                                              self.log) for kind, heldout in (("eval", False), ("heldout", True))]
             groups.append((cfg, run, ev, held, out["seconds"]))
         self._groups = groups
         report = self._sticky_report(groups)
@@ -456,9 +421,18 @@ class ExperimentStage:
         at most 1000 (a control need not be the experiment's size: a quarter of its cost), with W_Q and W_K frozen
         after a tenth of the steps (sticky.train's freeze_routing); the E4 rule's input is its frame-precision
         curves. Returns (rule input, what results.json keeps)."""
-        job = self._frozen_jobs()[0]
-        cfg, freeze = job.cfg, job.freeze_routing
-        out = self._train(job.name, cfg, freeze_routing=freeze)
+        base = self.cfgs["fresh"][0]
+        cfg = dataclasses.replace(base, seeds=base.seeds[:1], arms=("sgd", "em_like"), length=min(base.length, 1000))
+        freeze = max(1, cfg.steps // 10)
+
+        def run():
+            bar = Progress(cfg.steps, f"sticky-frozen-routing ({len(cfg.arms)} arms x {len(cfg.seeds)} seeds)", self.log)
+            t0 = time.perf_counter()
+            r = sticky.train(cfg, self.device, progress=lambda s: bar.update(1), freeze_routing=freeze)
+            bar.close()
+            return {"run": r, "seconds": time.perf_counter() - t0}
+
+        out = self.cache.get_or_run(f"sticky-frozen-routing-{freeze}", cfg, self.device, run, self.log)
         inputs = rules.e4_inputs(frame_precision(cfg, out["run"]))
         return {"arms": inputs}, {"seeds": list(cfg.seeds), "steps": cfg.steps, "length": cfg.length,
                                   "freeze_after_step": freeze, "train_seconds": out["seconds"], "curves": inputs}
@@ -468,41 +442,23 @@ class ExperimentStage:
         attention reads the earlier layers' values, which keep learning: no parameter freeze fixes it there),
         every optimizer and seed, its routing (deep_watch.routing_parameters) frozen after the first watched
         interval; the W1 rule's input is its drifts. Returns (rule input, what results.json keeps)."""
-        job = self._frozen_jobs()[1]
-        cfg, freeze = job.cfg, job.freeze_routing
-        out = self._deep(job)
-        return {"optimizers": deep_watch.rule_inputs(out, cfg)}, {
-            "seeds": list(cfg.seeds), "steps": cfg.steps, "layers": cfg.layers, "heads": cfg.heads,
-            "freeze_after_step": freeze, "train_seconds": out["seconds"], "finite": deep_watch.finite(out)}
-
-    def _frozen_jobs(self):
-        """The positive controls' constructed runs (jobs.Job). E4: the first fresh group's first seed, both arms,
-        the profile's steps at a length of at most 1000 (a control need not be the experiment's size: a quarter of
-        its cost), W_Q and W_K frozen after a tenth of the steps. W1: the watched model with one layer, routing
-        frozen after the first watched interval."""
-        base = self.cfgs["fresh"][0]
-        cfg = dataclasses.replace(base, seeds=base.seeds[:1], arms=("sgd", "em_like"), length=min(base.length, 1000))
-        freeze = max(1, cfg.steps // 10)
-        e4 = jobs.Job("sticky", f"sticky-frozen-routing-{freeze}", cfg, freeze_routing=freeze)
-        deep = dataclasses.replace(self.cfgs["deep"], layers=1)
-        w1 = jobs.Job("deep", f"deep-watch-{deep_watch.EVALUATION}-frozen-routing-{deep.every}", deep,
-                      freeze_routing=deep.every)
-        return e4, w1
-
-    def _deep(self, job):
-        """The watched deep model's record for `job` (a deep jobs.Job), from the cache or trained here."""
-        cfg = job.cfg
+        cfg = dataclasses.replace(self.cfgs["deep"], layers=1)
+        freeze = cfg.every
 
         def run():
             total = cfg.steps * len(cfg.seeds) * len(deep_watch.OPTIMIZERS)
-            frozen = f", {cfg.layers} layer, routing frozen" if job.freeze_routing is not None else ""
-            bar = Progress(total, f"{job.name} ({len(deep_watch.OPTIMIZERS)} optimizers x {len(cfg.seeds)} seeds{frozen})",
-                           self.log)
-            out = jobs.deep_record(cfg, self.device, progress=lambda: bar.update(1), freeze_routing=job.freeze_routing)
+            bar = Progress(total, f"deep-watch-frozen-routing ({len(deep_watch.OPTIMIZERS)} optimizers x "
+                                  f"{len(cfg.seeds)} seeds, 1 layer)", self.log)
+            t0 = time.perf_counter()
+            out = deep_watch.run(cfg, self.device, progress=lambda: bar.update(1), freeze_routing=freeze)
             bar.close()
-            return out
+            return {**out, "seconds": time.perf_counter() - t0}
 
-        return self.cache.get_or_run(job.name, cfg, self.device, run, self.log)
+        out = self.cache.get_or_run(f"deep-watch-{deep_watch.EVALUATION}-frozen-routing-{freeze}", cfg, self.device, run,
+                                    self.log)
+        return {"optimizers": deep_watch.rule_inputs(out, cfg)}, {
+            "seeds": list(cfg.seeds), "steps": cfg.steps, "layers": cfg.layers, "heads": cfg.heads,
+            "freeze_after_step": freeze, "train_seconds": out["seconds"], "finite": deep_watch.finite(out)}
 
     # -- exactness, sweep, speed ----------------------------------------------------------------------
     def exactness(self):
@@ -529,7 +485,8 @@ class ExperimentStage:
         rows = [group.seeds.index(s) for s in base.seeds]
         reuse = {1: group.arms.index("sgd"), ARMS_RATIO["em_like"]: group.arms.index("em_like")}
         trained = [r for r in self.sizes.sweep_ratios if r not in reuse]
-        runs = self._runs("sweep", self._sweep_runs())
+        named = [(f"lr-ratio-{r}", dataclasses.replace(base, arms=("em_like",), value_lrs=(0.01 * r,))) for r in trained]
+        runs = self._runs("sweep", named)
         if runs is None:
             return
         got = {r: out["run"].losses[0].numpy() for r, out in zip(trained, runs)}  # (seeds, steps + 1)
@@ -542,13 +499,6 @@ class ExperimentStage:
         ok = all(math.isfinite(p["final_loss"]) and math.isfinite(p["speedup"]) for p in points)
         self._check("experiments/lr-ratio-sweep", "E1", ok, time.perf_counter() - t0, points,
                     {"ratios": ratios}, detail="speedup of each ratio against ratio 1 (SGD)")
-
-    def _sweep_runs(self):
-        """[(cache name, cfg)] of the sweep's trained ratios, in `sweep_ratios` order: all but 1 (SGD) and the EM-like
-        arm's ratio, which are the first fresh group's two arms."""
-        base = self.cfgs["sweep"]
-        return [(f"lr-ratio-{r}", dataclasses.replace(base, arms=("em_like",), value_lrs=(0.01 * r,)))
-                for r in self.sizes.sweep_ratios if r not in (1, ARMS_RATIO["em_like"])]
 
     def speed(self):
         cfg, steps = self.cfgs["speed"], self.cfgs["speed_steps"]
@@ -589,9 +539,12 @@ class ExperimentStage:
         cfg = self.cfgs["tunnel"]
         t0 = time.perf_counter()
         out = {}
-        for arm in windtunnel.ARMS:
-            out[arm] = self.cache.get_or_run(f"tunnel-{windtunnel.EVALUATION}-{arm}", cfg, self.device,
-                                             lambda arm=arm: jobs.tunnel_record(cfg, arm, self.device), self.log)
+        for arm in ("sgd", "em_like"):
+            def run(arm=arm):
+                model, curve = windtunnel.train(cfg, arm, self.device)
+                return {"curve": curve[:: max(1, len(curve) // 200)], **windtunnel.evaluate(cfg, model)}
+
+            out[arm] = self.cache.get_or_run(f"tunnel-{windtunnel.EVALUATION}-{arm}", cfg, self.device, run, self.log)
         self.data["wind_tunnel"] = {"config": dataclasses.asdict(cfg), "arms": out}
         finite = all(math.isfinite(out[a]["kl_bits"]) for a in out)
         self._check("experiments/wind-tunnel", "E5", finite, time.perf_counter() - t0,
@@ -639,7 +592,16 @@ class ExperimentStage:
         rule on the watcher's routing and value drifts per layer x head."""
         cfg = self.cfgs["deep"]
         t0 = time.perf_counter()
-        out = self._deep(jobs.Job("deep", f"deep-watch-{deep_watch.EVALUATION}", cfg))
+
+        def run():
+            total = cfg.steps * len(cfg.seeds) * len(deep_watch.OPTIMIZERS)
+            bar = Progress(total, f"deep-watch ({len(deep_watch.OPTIMIZERS)} optimizers x {len(cfg.seeds)} seeds)", self.log)
+            start = time.perf_counter()
+            out = deep_watch.run(cfg, self.device, progress=lambda: bar.update(1))
+            bar.close()
+            return {**out, "seconds": time.perf_counter() - start}
+
+        out = self.cache.get_or_run(f"deep-watch-{deep_watch.EVALUATION}", cfg, self.device, run, self.log)
         self._measurements["W1"] = {"optimizers": deep_watch.rule_inputs(out, cfg)}
         rule = REGISTRY["W1"].rule(**self._measurements["W1"])
         data = deep_watch.summarise(out, cfg, rule.measured["optimizers"])

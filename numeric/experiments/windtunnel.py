@@ -100,16 +100,11 @@ class Tunnel(torch.nn.Module):
         return o, self.readout(o)
 
 
-ARMS = ("sgd", "em_like")  # one LR for every parameter; the value LR value_lr_ratio times the others
-
-
 def train(cfg, arm, device="cpu"):
     """Train one model with arm 'sgd' (one LR) or 'em_like' (value LR x value_lr_ratio) on `device`. The
     model is initialised and every batch drawn on the CPU, then moved: the same run on every device.
     The loss curve stays on the device until the end (no host sync per step)."""
     cfg.validate()
-    if arm not in ARMS:
-        raise ValueError(f"windtunnel.train: arm must be one of {', '.join(ARMS)}, got {arm!r}")
     torch.manual_seed(cfg.seed)
     model = Tunnel(cfg).double().to(device)
     v_lr = cfg.lr * (cfg.value_lr_ratio if arm == "em_like" else 1.0)
