@@ -164,9 +164,10 @@ class ExperimentSizes:
 
     Sticky chain: sequence `length`, training `steps`, query `blocks` of the block-causal trainer,
     `checkpoints` and `tracked_rows` of the frame/precision record. `fresh`: the groups of fresh
-    streams (seeds with their draw of mu), both arms; `mstep_groups`: the groups that also train the
-    M-step arm (C10). `replay_steps`: steps of the replay of the authors' streams (1000: the full
-    replay that decides; fewer: a shortened one that checks the streams only). The LR-ratio sweep
+    streams (seeds with their draw of mu), both arms; `fresh_extended`: the same groups (the same draws of mu,
+    the first group the same) with more seeds, trained instead with --extended (empty: `fresh` then too);
+    `mstep_groups`: the groups that also train the M-step arm (C10). `replay_steps`: steps of the replay of the
+    authors' streams (1000: the full replay that decides; fewer: a shortened one that checks the streams only). The LR-ratio sweep
     (`sweep_ratios` on `sweep_seeds`, all in the first fresh group) and the typicality study
     (`typicality_seeds`, both protocols) run unless listed in `opt_in`; a job in `opt_in` trains only
     with `--extended`, and its cached results are read when present. Exactness: `exact_steps` in
@@ -200,6 +201,7 @@ class ExperimentSizes:
     tunnel_eval_batch: int
     tunnel_length: int
     opt_in: tuple = ("typicality",)  # jobs trained only with --extended (else read from the cache when present)
+    fresh_extended: tuple = ()
     deep_steps: int = 800
     deep_batch: int = 16
     deep_seeds: tuple = (0, 1)
@@ -237,14 +239,14 @@ class ExperimentSizes:
             raise ValueError(f"ExperimentSizes.deep_d_model must be a multiple of the 4 heads, got {self.deep_d_model}")
         if self.length < 3 or self.typicality_length < 3:
             raise ValueError("ExperimentSizes.length and typicality_length must be >= 3")
-        if not isinstance(self.fresh, tuple) or not self.fresh or not all(isinstance(g, FreshGroup) for g in self.fresh):
-            raise ValueError(f"ExperimentSizes.fresh must be a non-empty tuple of FreshGroup, got {self.fresh!r}")
-        seeds = [s for g in self.fresh for s in g.seeds]
-        if len(seeds) < 2:
-            raise ValueError("ExperimentSizes.fresh must hold at least two seeds in all (the fresh verdicts pair "
-                             "seeds: intervals and paired tests over seeds need two)")
-        if len(set(seeds)) != len(seeds):
-            raise ValueError("ExperimentSizes.fresh: a seed appears in two groups (each fresh stream is used once)")
+        self._check_fresh("fresh", self.fresh)
+        if self.fresh_extended:
+            self._check_fresh("fresh_extended", self.fresh_extended)
+            draws = [(g.mu_rng, g.mu_seed) for g in self.fresh]
+            if ([(g.mu_rng, g.mu_seed) for g in self.fresh_extended] != draws
+                    or self.fresh_extended[0] != self.fresh[0]):
+                raise ValueError("ExperimentSizes.fresh_extended must hold the groups of fresh (the same draws of mu, "
+                                 "in order) with the first group unchanged (the sweep and E4's control read it)")
         if (not isinstance(self.mstep_groups, tuple) or len(set(self.mstep_groups)) != len(self.mstep_groups)
                 or any(not isinstance(i, int) or not 0 <= i < len(self.fresh) for i in self.mstep_groups)):
             raise ValueError(f"ExperimentSizes.mstep_groups must be distinct indices into fresh, got {self.mstep_groups!r}")
@@ -262,6 +264,21 @@ class ExperimentSizes:
         _check_ints(self, "mechanism_bench_steps")
         if not isinstance(self.opt_in, tuple) or not set(self.opt_in) <= set(OPT_IN):
             raise ValueError(f"ExperimentSizes.opt_in must be a tuple of {', '.join(OPT_IN)}, got {self.opt_in!r}")
+
+    @staticmethod
+    def _check_fresh(name, groups):
+        if not isinstance(groups, tuple) or not groups or not all(isinstance(g, FreshGroup) for g in groups):
+            raise ValueError(f"ExperimentSizes.{name} must be a non-empty tuple of FreshGroup, got {groups!r}")
+        seeds = [s for g in groups for s in g.seeds]
+        if len(seeds) < 2:
+            raise ValueError(f"ExperimentSizes.{name} must hold at least two seeds in all (the fresh verdicts pair "
+                             "seeds: intervals and paired tests over seeds need two)")
+        if len(set(seeds)) != len(seeds):
+            raise ValueError(f"ExperimentSizes.{name}: a seed appears in two groups (each fresh stream is used once)")
+
+    def fresh_groups(self, extended=False):
+        """The fresh groups a run trains: `fresh_extended` with --extended where the profile has it, else `fresh`."""
+        return self.fresh_extended if extended and self.fresh_extended else self.fresh
 
     @property
     def fresh_seeds(self):
@@ -346,13 +363,18 @@ DEFAULT = Profile(
                 general_total_budget_s=5.0, fixed_total_budget_s=60.0, scaling_base=(4, 2, 2),
                 scaling_sweeps={"n": (2, 3, 4, 5, 6, 7, 8), "d": (1, 2, 3, 4), "m": (1, 2, 3, 4)}),
     NumericSizes(api_cases=40, identity_draws=4, bench="default", fuzz_claims=120, fuzz_budget_s=8.0, fuzz_jobs=0),
-    # 20 fresh seeds in four groups of five, each group under its own draw of mu: the paper's seeds with
-    # our default draw, then the authors' draw (torch float32, seed 0) and two further float64 draws. The
-    # fresh verdicts read all 20; the groups show how much mu moves the result.
+    # Fresh seeds in four groups, each group under its own draw of mu: the paper's seeds with our default draw,
+    # then the authors' draw (torch float32, seed 0) and two further float64 draws. The fresh verdicts read every
+    # group; the groups show how much mu moves the result. The default profile trains the paper's five and two
+    # seeds in each other group (11 seeds: the profile's 15 minutes on 2 cores); --extended five in each (20 seeds,
+    # about 4 more minutes), the default's seeds first.
     ExperimentSizes(length=2000, steps=1000, blocks=16, checkpoints=11, tracked_rows=32,
-                    fresh=(FreshGroup("torch-float64", 0, PAPER_SEEDS), FreshGroup("torch-float32", 0, tuple(range(1, 6))),
-                           FreshGroup("torch-float64", 1, tuple(range(6, 11))),
-                           FreshGroup("torch-float64", 2, tuple(range(11, 16)))),
+                    fresh=(FreshGroup("torch-float64", 0, PAPER_SEEDS), FreshGroup("torch-float32", 0, (1, 2)),
+                           FreshGroup("torch-float64", 1, (6, 7)), FreshGroup("torch-float64", 2, (11, 12))),
+                    fresh_extended=(FreshGroup("torch-float64", 0, PAPER_SEEDS),
+                                    FreshGroup("torch-float32", 0, tuple(range(1, 6))),
+                                    FreshGroup("torch-float64", 1, tuple(range(6, 11))),
+                                    FreshGroup("torch-float64", 2, tuple(range(11, 16)))),
                     mstep_groups=(0,), replay_steps=1000, sweep_ratios=(1, 2, 5, 10, 20, 50), sweep_seeds=PAPER_SEEDS[:3],
                     exact_steps=5, exact_seeds=PAPER_SEEDS, speed_steps=20, speed_seeds=PAPER_SEEDS[:2],
                     typicality_seeds=tuple(range(100, 150)), typicality_length=2000, typicality_steps=1000,

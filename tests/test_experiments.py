@@ -118,15 +118,19 @@ def test_mstep_arm_uses_the_responsibility_normalised_value_step():
 
 
 @pytest.mark.parametrize("device", ["cpu", "cuda"])
-def test_default_profile_runs_twenty_fresh_seeds_with_the_papers_first(device):
+@pytest.mark.parametrize("extended", [False, True])
+def test_default_profile_runs_four_draws_of_mu_with_the_papers_seeds_first(device, extended):
     from derive.profile import DEFAULT
     from numeric.experiments.stage import configs
 
     sizes = DEFAULT.for_device(device).experiments
-    cfgs = configs(sizes)  # configs only: nothing is run, no GPU needed
+    cfgs = configs(sizes, extended)  # configs only: nothing is run, no GPU needed
     fresh = cfgs["fresh"]
     seeds = [s for c in fresh for s in c.seeds]
-    assert len(seeds) >= 20 and len(set(seeds)) == len(seeds) and fresh[0].seeds == sticky.PAPER_SEEDS
+    # 11 seeds in the default profile (the paper's five, two in each other group), 20 with --extended (five in each,
+    # the default's first)
+    assert len(seeds) == (20 if extended else 11) and len(set(seeds)) == len(seeds) and fresh[0].seeds == sticky.PAPER_SEEDS
+    assert [c.seeds[:2] for c in fresh[1:]] == [(1, 2), (6, 7), (11, 12)]
     assert len({(c.mu_rng, c.mu_seed) for c in fresh}) == len(fresh) >= 4  # each group its own draw of mu
     assert all(c.arms[:2] == ("sgd", "em_like") and (c.steps, c.length) == (1000, 2000) for c in fresh)
     with_mstep = [i for i, c in enumerate(fresh) if "em_mstep" in c.arms]
@@ -134,6 +138,38 @@ def test_default_profile_runs_twenty_fresh_seeds_with_the_papers_first(device):
     assert set(cfgs["exact"].arms) == set(sticky.ARMS) and cfgs["exact"].dtype == "float64"
     assert set(cfgs["speed"].seeds) <= set(sticky.PAPER_SEEDS) and cfgs["speed"].arms == ("sgd", "em_like")
     assert set(sizes.opt_in) == {"typicality", "sweep"}
+
+
+def test_extended_fresh_groups_must_be_the_same_draws():
+    from derive.profile import DEFAULT, FreshGroup
+
+    groups = DEFAULT.experiments.fresh_extended
+    for bad in (groups[:3], (FreshGroup("torch-float64", 0, (42, 2024)),) + groups[1:],
+                groups[:1] + (FreshGroup("torch-float64", 5, (1, 2)),) + groups[2:], groups[:1] + groups[1:2] * 2 + groups[3:]):
+        with pytest.raises(ValueError, match="fresh_extended"):
+            DEFAULT.replace("experiments", fresh_extended=bad)
+    assert DEFAULT.replace("experiments", fresh_extended=()).experiments.fresh_groups(True) == DEFAULT.experiments.fresh
+
+
+def test_padded_widths_train_the_same_model_and_their_pads_stay_zero():
+    cfg = sticky.StickyConfig(length=40, steps=2, seeds=(42, 7), dtype="float64", blocks=2,
+                              arms=("sgd", "em_like", "em_mstep"))
+    params = sticky.init_params(cfg, "cpu")
+    wide = sticky.padded(params, cfg)
+    assert [p.shape[-1] for p in wide[:3]] == [sticky.LANE] * 3 and wide[3].shape[-2] == sticky.LANE
+    assert all(torch.equal(a, b) for a, b in zip(sticky.unpadded(wide, cfg), params))
+    data = sticky.make_data(cfg, "cpu")
+    _, mstep = sticky.learning_rates(cfg, "cpu")
+    blocks = sticky._blocks(39, 2)
+    loss_w, grads_w = sticky.gradients(wide, data, cfg.d_k ** -0.5, blocks, mstep)
+    loss, grads = sticky.gradients(params, data, cfg.d_k ** -0.5, blocks, mstep)
+    assert torch.allclose(loss_w, loss, atol=1e-14, rtol=0)
+    assert all(torch.allclose(a, b, atol=1e-14, rtol=0) for a, b in zip(sticky.unpadded(grads_w, cfg), grads))
+    pads = [grads_w[0][..., cfg.d_k:], grads_w[1][..., cfg.d_k:], grads_w[2][..., cfg.d_v:], grads_w[3][..., cfg.d_v:, :]]
+    assert all(p.numel() and bool((p == 0).all()) for p in pads)  # so the padded columns stay zero under any step
+    run = sticky.train(cfg)
+    assert [tuple(p.shape[-2:]) for p in run.params] == [(20, 10), (20, 10), (20, 15), (15, 8)]
+    assert run.values[0].shape[-1] == cfg.d_v and run.params[0].is_contiguous()
 
 
 def test_device_choices_follow_the_device_type():

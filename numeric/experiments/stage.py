@@ -27,11 +27,11 @@ from numeric.experiments.registry import REGISTRY, STICKY_FIGURES
 ARMS_RATIO = {arm: round(lrs[2] / lrs[0]) for arm, (lrs, _) in sticky.ARMS.items()}  # value / routing LR
 
 
-def configs(sizes):
+def configs(sizes, extended=False):
     """The experiments' configs from a profile's `experiments` section (derive.profile.ExperimentSizes).
 
-    `fresh`: one config per group of fresh seeds (our streams, the group's draw of mu), both arms and,
-    in `mstep_groups`, our C10 arm; `replay`: the paper's seeds on the authors' streams; `typicality`
+    `fresh`: one config per group of fresh seeds (`sizes.fresh_groups(extended)`: our streams, the group's draw of
+    mu), both arms and, in `mstep_groups`, our C10 arm; `replay`: the paper's seeds on the authors' streams; `typicality`
     (opt-in): both protocols on many further seeds; `sweep` (opt-in in the default profile): the base of
     the LR-ratio sweep, on seeds of the first group."""
     x = sizes
@@ -39,7 +39,7 @@ def configs(sizes):
                                tracked_rows=x.tracked_rows, arms=("sgd", "em_like"))
     fresh = [dataclasses.replace(base, seeds=g.seeds, mu_rng=g.mu_rng, mu_seed=g.mu_seed,
                                  arms=base.arms + (("em_mstep",) if i in x.mstep_groups else ()))
-             for i, g in enumerate(x.fresh)]
+             for i, g in enumerate(x.fresh_groups(extended))]
     first = dataclasses.replace(fresh[0], arms=base.arms)
     small = dict(length=x.typicality_length, steps=x.typicality_steps)
     return {"fresh": fresh,
@@ -65,7 +65,7 @@ class ExperimentStage:
         self.profile = profile.for_device(device)
         self.sizes = self.profile.experiments
         self.extended, self.threads = extended, threads
-        self.cfgs = configs(self.sizes)
+        self.cfgs = configs(self.sizes, extended)
         for key in ("replay", "sweep", "exact", "speed", "dynamics", "tunnel", "deep"):
             self.cfgs[key].validate()
         for cfg in (*self.cfgs["fresh"], *self.cfgs["typicality"].values()):

@@ -142,6 +142,39 @@ def init_params(cfg, device):
             for p in range(4)]  # each (A, S, ., .)
 
 
+# The inner widths d_k and d_v are padded with zero columns to a multiple of LANE while training (`padded`): the
+# step's products alpha @ V and dS @ K then have 16 columns, which the CPU's matrix kernels run 3-4x faster than 10 or
+# 15 (measured on this project's 2-core CPU, float32, one thread, a 125 x 1000 block of 10 runs: alpha @ V 0.60 ms at
+# 16 columns against 1.68 ms at 15 and 1.95 ms at 10). The padding is exact: the padded columns of Q, K and V and the
+# padded row of W_O are zero, so the scores, outputs and loss are those of the unpadded model, and every gradient
+# on them is zero (dQ = dS K, dK = dS^T Q, dV = alpha^T u with u = (p - y) W_O^T / n, dW_O = o^T (p - y) / n), so
+# they stay zero. A run's record holds the unpadded parameters.
+LANE = 16
+
+
+def _lane(width):
+    return -(-width // LANE) * LANE
+
+
+def padded(params, cfg):
+    """W_Q, W_K, W_V (..., d_in, d) with zero columns up to a multiple of LANE, W_O (..., d_v, m) with zero rows."""
+    out = []
+    for p, (dim, width) in zip(params, ((-1, cfg.d_k), (-1, cfg.d_k), (-1, cfg.d_v), (-2, cfg.d_v))):
+        pad = _lane(width) - width
+        if not pad:
+            out.append(p)
+            continue
+        shape = list(p.shape)
+        shape[dim] = pad
+        out.append(torch.cat([p, p.new_zeros(shape)], dim))
+    return out
+
+
+def unpadded(params, cfg):
+    """The parameters of `padded` without their zero columns and rows."""
+    return [params[0][..., :cfg.d_k], params[1][..., :cfg.d_k], params[2][..., :cfg.d_v], params[3][..., :cfg.d_v, :]]
+
+
 def learning_rates(cfg, device):
     lrs = torch.tensor([ARMS[a][0] for a in cfg.arms], dtype=cfg.torch_dtype, device=device)  # (A, 4)
     for a, lr in enumerate(cfg.value_lrs):
@@ -327,19 +360,19 @@ def train(cfg, device="cpu", progress=None, state_path=None, save_every=100, on_
     if saved is not None:
         params = [p.to(device, cfg.torch_dtype) for p in saved["params"]]
         losses, tracked, values, start = saved["losses"], saved["tracked"], saved["values"], saved["step"]
+    params = padded(params, cfg)
     if on_start:
         on_start(start)
     synchronize(device)
     t0, loop = time.perf_counter(), 0.0
     for step in range(start, cfg.steps + 1):
         if state_path is not None and step > start and step % save_every == 0:
-            state = {"params": [p.cpu() for p in params], "losses": [x.cpu() for x in losses], "tracked": tracked,
-                     "values": values,
-                     "step": step}
+            state = {"params": [p.cpu().contiguous() for p in unpadded(params, cfg)], "losses": [x.cpu() for x in losses],
+                     "tracked": tracked, "values": values, "step": step}
             save_atomic(state, state_path)
         if step in marks:
             tracked.append(track_alpha(params, data, scale, rows).cpu())
-            values.append(params[2].detach().cpu().clone())
+            values.append(params[2][..., :cfg.d_v].detach().cpu().clone())
         if step == cfg.steps:
             synchronize(device)
             loop = time.perf_counter() - t0
@@ -352,8 +385,8 @@ def train(cfg, device="cpu", progress=None, state_path=None, save_every=100, on_
             p.sub_(lr * g)
         if progress:
             progress(step)
-    return Run(torch.stack([x.to(device) for x in losses], -1).double().cpu(), [p.cpu() for p in params], marks, tracked,
-               values, loop)
+    return Run(torch.stack([x.to(device) for x in losses], -1).double().cpu(),
+               [p.cpu().contiguous() for p in unpadded(params, cfg)], marks, tracked, values, loop)
 
 
 def save_atomic(obj, path):
