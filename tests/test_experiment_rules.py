@@ -308,6 +308,20 @@ def test_every_rule_says_reproduced_on_its_positive_control_and_not_on_its_negat
     assert set(only) == {"E2/at-h-min", "W1/frozen-routing"}
 
 
+def test_e2_control_centres_each_draw_of_mu_when_the_groups_are_given():
+    # two draws of mu whose seeds end 0.1 nats apart, each draw's own seeds within 0.002 of each other: centred as one
+    # set the draws' spread reads as distance from H_min; centred per draw the control is at H_min
+    h_min, n = 1.8292, 6
+    em = np.array([1.95, 1.952, 1.951, 2.05, 2.052, 2.051])
+    base = {"entropy_sgd": em + 0.001, "entropy_em": em, "h_min": h_min, "m": 8}
+    together = rules.positive_controls({"E2": base})["E2/at-h-min"]
+    apart = rules.positive_controls({"E2": {**base, "groups": [0] * 3 + [1] * 3}})["E2/at-h-min"]
+    assert together.verdict != "reproduced" and apart.verdict == "reproduced", (together.reason, apart.reason)
+    assert apart.measured["arms"]["em_like"]["r"] < 0.01 < together.measured["arms"]["em_like"]["r"]
+    with pytest.raises(ValueError, match="group labels"):
+        rules.positive_controls({"E2": {**base, "groups": [0] * (n - 1)}})
+
+
 def test_positive_controls_hold_whatever_the_run_measured(synth):
     """Derived from measurements on which the claim itself fails (the negative controls' inputs), the positive
     controls still say reproduced: they are built, not found."""

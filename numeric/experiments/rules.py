@@ -722,10 +722,22 @@ def paper_speed_curves(sgd, steps, speedup):
     return curves(math.exp(hi)), math.exp(hi), delta
 
 
-def _centred(entropy, h_min):
-    """Per-seed entropies moved so that their mean is H_min; the seed-to-seed spread is kept."""
+def _centred(entropy, h_min, groups=None):
+    """Per-seed entropies moved so that their mean is H_min; the seed-to-seed spread is kept. With `groups` (a label
+    per seed: the fresh seeds' draws of mu) each group's mean is moved, and the spread within a group kept: a draw
+    of mu is a task of its own (how far apart its symbols' means lie against the noise), and the spread between
+    draws is the tasks', not the seeds'."""
     H = np.asarray(entropy, float).ravel()
-    return H - H.mean() + h_min
+    if groups is None:
+        return H - H.mean() + h_min
+    labels = np.asarray(groups).ravel()
+    if labels.shape != H.shape:
+        raise ValueError(f"_centred: {labels.size} group labels for {H.size} entropies")
+    out = H.copy()
+    for label in np.unique(labels):
+        sel = labels == label
+        out[sel] = H[sel] - H[sel].mean() + h_min
+    return out
 
 
 def _clear_margin(sgd, em, margin=E3_CONTROL_MARGIN):
@@ -802,8 +814,9 @@ def _aligned(spec):
 _POSITIVE = {
     "E1/paper-speed": ("E1", "derived", lambda k: e1(k["sgd"], paper_speed_curves(k["sgd"], k["steps"], k["paper_speedup"])[0],
                                                        k["steps"], k["paper_speedup"], **_seed(k))),
-    "E2/at-h-min": ("E2", "derived", lambda k: e2(_centred(k["entropy_sgd"], k["h_min"]),
-                                                  _centred(k["entropy_em"], k["h_min"]), k["h_min"], k["m"])),
+    "E2/at-h-min": ("E2", "derived", lambda k: e2(_centred(k["entropy_sgd"], k["h_min"], k.get("groups")),
+                                                  _centred(k["entropy_em"], k["h_min"], k.get("groups")), k["h_min"],
+                                                  k["m"])),
     "E3/clear-margin": ("E3", "derived", lambda k: e3(k["sgd"], _clear_margin(k["sgd"], k["em"]))),
     "E4/frozen-routing": ("E4", "run", lambda k: e4(**k)),
     "E5/entropy-features": ("E5", "synthetic", lambda k: e5({a: entropy_tunnel_evaluation(seed=i)
@@ -817,7 +830,8 @@ _POSITIVE = {
 POSITIVE_CONTROLS = {
     "E1/paper-speed": "EM-like = the run's own SGD curves on a faster clock (equal at step 0, each ending below SGD's "
                       "worst final loss), the clock set so that the authors' speedup is the paper's (derived)",
-    "E2/at-h-min": "each arm's per-seed entropies moved so that their mean is H_min, the seed spread kept (derived)",
+    "E2/at-h-min": "each arm's per-seed entropies moved so that their mean is H_min in every draw of mu, the spread "
+                   "of the seeds within a draw kept (derived)",
     "E3/clear-margin": "EM-like = SGD plus the run's paired differences re-centred on the claimed side of loss, "
                        "entropy and accuracy, at twice the margin a paired t-test at p = 0.05 needs (derived)",
     "E4/frozen-routing": "a sticky-chain run whose W_Q, W_K stop after a tenth of the steps while W_V, W_O keep "

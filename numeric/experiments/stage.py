@@ -321,6 +321,8 @@ class ExperimentStage:
                    "h_min": r["h_min"], "m": cfg.symbols}
         m["E3"] = {"sgd": per_seed["sgd"], "em": per_seed["em_like"]}
         fresh = {cid: REGISTRY[cid].rule(**m[cid], **({"seed": self.seed} if cid == "E1" else {})) for cid in ("E1", "E2", "E3")}
+        # each fresh seed's draw of mu (its group), for E2's positive control only (the rule reads no groups)
+        m["E2"]["groups"] = [i for i, g in enumerate(self._groups) for _ in g[0].seeds]
         replayed = self._replay_verdicts(r)
         mu, study = r["mu_draws"], self.data.get("typicality")
         context = {
