@@ -273,7 +273,7 @@ def _padded(mechanism, pre):
     names = ("v",) if mechanism in ("linear", "gate", "lstm") else ("v", "q", "k")
     for name in names:
         width = out[name].shape[-1]
-        pad = -(-width // sticky.LANE) * sticky.LANE - width
+        pad = sticky.lane_width(width) - width
         if pad:
             out[name] = F.pad(out[name], (0, pad))
     return out

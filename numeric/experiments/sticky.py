@@ -152,7 +152,8 @@ def init_params(cfg, device):
 LANE = 16
 
 
-def _lane(width):
+def lane_width(width):
+    """`width` rounded up to a multiple of LANE (the width a padded product runs at)."""
     return -(-width // LANE) * LANE
 
 
@@ -160,7 +161,7 @@ def padded(params, cfg):
     """W_Q, W_K, W_V (..., d_in, d) with zero columns up to a multiple of LANE, W_O (..., d_v, m) with zero rows."""
     out = []
     for p, (dim, width) in zip(params, ((-1, cfg.d_k), (-1, cfg.d_k), (-1, cfg.d_v), (-2, cfg.d_v))):
-        pad = _lane(width) - width
+        pad = lane_width(width) - width
         if not pad:
             out.append(p)
             continue
