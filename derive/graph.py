@@ -230,6 +230,11 @@ def topo(roots, consts=False):
     return order
 
 
+# num's range for a denominator den, per domain: num / den then lies in the domain.
+SAMPLE_RANGES = {"real": lambda d: (-d, d), "positive": lambda d: (1, d), "nonnegative": lambda d: (0, d),
+                 "unit": lambda d: (1, d - 1), "negative": lambda d: (-d, -1), "nonpositive": lambda d: (-d, 0)}
+
+
 class Graph:
     """The nodes of one random point: its leaves, its exp/log generators and the gradient memo.
 
@@ -246,17 +251,19 @@ of F_p, so no element has probability above 2**-29 (the Schwartz–Zippel bound'
         self._generators = {}  # (op, argument value mod p) -> field value
         self._adjoints = {}  # f -> {label: adjoint node}
 
-    def sample(self, positive=False) -> Fraction:
+    def sample(self, positive=False, domain="real") -> Fraction:
+        """num/den in the domain (derive.mechanisms.base.DOMAINS): num's range has at least den - 1 values, so the
+        per-entry bound 2**-29 holds in every domain."""
         den = self.rng.randint(self.DEN_LO, self.DEN_HI)
-        num = self.rng.randint(1, den) if positive else self.rng.randint(-den, den)
-        return Fraction(num, den)
+        lo, hi = SAMPLE_RANGES["positive" if positive else domain](den)
+        return Fraction(self.rng.randint(lo, hi), den)
 
-    def leaf(self, label, positive=False) -> Node:
+    def leaf(self, label, positive=False, domain="real") -> Node:
         node = self.leaves.get(label)
         if node is None:
             q = self.values.get(label)
             if q is None:
-                q = self.values[label] = self.sample(positive)
+                q = self.values[label] = self.sample(positive, domain)
             q = Fraction(q)
             node = self.leaves[label] = Node(LEAF, None, None, field(q), (label, q))
         return node

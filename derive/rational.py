@@ -87,7 +87,7 @@ class RationalBackend(AttentionModel):
     def entry(self, name, *ix):
         if name == "M":  # the mask as a 0/1 multiplier: the causal mask itself (all ones unmasked)
             return self.mask_entry(*ix) if self.setting.masked else 1
-        return self.graph.leaf(label(name, ix))
+        return self.graph.leaf(label(name, ix), domain=self.mechanism.domain(name))
 
     def scalar(self, name):
         return self.graph.leaf(name, positive=name != "beta")  # c and eta are positive; a mechanism's bias beta is any real

@@ -2,6 +2,7 @@
 structural questions are decided at general size, witnesses re-check, and every mutant is rejected."""
 
 import math
+from fractions import Fraction
 from pathlib import Path
 
 import pytest
@@ -188,18 +189,52 @@ def test_a_malformed_mechanism_names_its_line(loaded, tmp_path, case):
     assert "mine" not in mechanisms.REGISTRY  # nothing half-checked stays registered
 
 
-@pytest.mark.parametrize("name", ["sigmoid", "ssd", "lstm"])
-def test_saturation_counterexamples_recheck_in_float64(built, name):
-    """The recorded point, re-evaluated from the mechanism's routing form in plain float64 arithmetic."""
+def _entries(point, name, shape):
+    """The tensor of a leaf from a witness point (labels like "s[0,1]"), float64."""
+    t = torch.zeros(shape, dtype=torch.float64)
+    for label, value in point.items():
+        if label.startswith(name + "["):
+            t[tuple(int(x) for x in label[len(name) + 1:-1].split(","))] = float(Fraction(value))
+    return t
+
+
+@pytest.mark.parametrize("name", ["sigmoid", "ssd"])
+def test_saturation_counterexamples_recheck_in_float64_autograd(built, name):
+    """The printed point, rebuilt in plain torch: weights from the mechanism's reference at the logits, o = w v,
+    L = <U, o>, dL/ds by autograd; the bound fails there as printed."""
     w = built[1][name]["questions"]["saturation"]["witness"]
-    logits, b = [float(x) for x in w["logits"]], [float(x) for x in w["b"]]
-    if name == "sigmoid" or name == "lstm":
-        wts = [1 / (1 + math.exp(-x)) for x in logits]
-        grads = [a * (1 - a) * bb for a, bb in zip(wts, b)]
-    else:  # ssd with zero decays: w = s, dL/ds = b
-        wts, grads = logits, b
-    lhs, rhs = sum(abs(g) for g in grads), 4 * (1 - max(wts)) * max(abs(x) for x in b)
+    n, r = w["sizes"]["n"], w["row"]
+    s = _entries(w["point"], "s", (n, n)).requires_grad_()
+    t = {"s": s, "v": _entries(w["point"], "v", (n, 1)), "ell": _entries(w["point"], "ell", (n,)),
+         "beta": float(Fraction(w["point"].get("beta", "0"))), "mask": None}
+    weights = mechanisms.get(name).reference_logits(t)
+    loss = (_entries(w["point"], "U", (n, 1)) * (weights @ t["v"])).sum()
+    (grad,) = torch.autograd.grad(loss, s)
+    b = (_entries(w["point"], "U", (n, 1)) @ t["v"].T)[r]
+    lhs, rhs = grad[r].abs().sum().item(), 4 * (1 - weights[r].max().item()) * b.abs().max().item()
     assert lhs >= float(w["lhs_at_least"]) - 1e-12 and rhs <= float(w["rhs_at_most"]) + 1e-12 and lhs > rhs
+
+
+def test_every_saturation_witness_replays_as_printed(built):
+    """Rebuilt from nothing but the printed point (sizes, mask, row, every entry), exactly: the bound fails."""
+    from derive.mechanisms import saturation
+    replayed = 0
+    for name, row in built[1].items():
+        w = row["questions"]["saturation"]["witness"]
+        if w is None:
+            continue
+        (lhs_lo, _), (_, rhs_hi) = saturation.replay(name, w)
+        assert lhs_lo > rhs_hi and lhs_lo >= Fraction(w["lhs_at_least"]) and rhs_hi <= Fraction(w["rhs_at_most"]), name
+        replayed += 1
+    assert replayed == 3  # sigmoid, ssd, lstm
+
+
+def test_an_incomplete_saturation_witness_is_refused():
+    from derive.mechanisms import saturation
+    w = saturation.counterexample("sigmoid", False)
+    dropped = {k: v for k, v in w["point"].items() if not k.startswith("U[")}
+    with pytest.raises(ValueError, match="incomplete"):
+        saturation.replay("sigmoid", {**w, "point": dropped})
 
 
 def test_saturation_is_proved_through_c9s_steps_for_normalised_weights(built):

@@ -5,6 +5,12 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Callable
 
+# What a mechanism's own leaf may be declared to range over (Mechanism.domains; a leaf not named is "real"). Proofs
+# use only what is declared: the rational path and every witness search draw each leaf inside its domain, and the
+# saturation cell's proof (derive.mechanisms.signs) reads the declared signs.
+DOMAINS = {"real": "any real", "positive": "> 0", "nonnegative": ">= 0", "unit": "in (0, 1)",
+           "negative": "< 0", "nonpositive": "<= 0"}
+
 
 @dataclass(frozen=True)
 class Mutant:
@@ -81,6 +87,8 @@ class Mechanism:
     # reference_content(t): what each option offers each position, (..., n, options, d_v), plain torch like
     # `reference` (the numeric oracle's o_i = sum_j w_ij c_ij); None: the values v_j, shared by every query.
     reference_content: Callable = None
+    # The domain of each of its own leaves (name -> a key of DOMAINS); a leaf not named is any real.
+    domains: dict = field(default_factory=dict)
 
     @property
     def ordered(self):
@@ -93,3 +101,14 @@ class Mechanism:
         for what in ("score", "weight", "routing", "reference"):
             if not callable(getattr(self, what)):
                 raise ValueError(f"mechanism {self.name}: {what} must be a function of (m, i, j)")
+        for leaf, domain in self.domains.items():
+            if leaf not in self.leaves:
+                raise ValueError(f"mechanism {self.name}: domains names {leaf!r}, which is not one of its own leaves "
+                                 f"({', '.join(self.leaves) or 'it has none'})")
+            if domain not in DOMAINS:
+                raise ValueError(f"mechanism {self.name}: leaf {leaf!r} has domain {domain!r}; expected one of "
+                                 f"{', '.join(DOMAINS)}")
+
+    def domain(self, leaf):
+        """The declared domain of one of its own leaves ("real" when not declared)."""
+        return self.domains.get(leaf, "real")

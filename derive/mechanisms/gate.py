@@ -51,5 +51,5 @@ MECHANISM = register(Mechanism(
     ref="GRU (arXiv 1406.1078), Mamba-1's selective gate (arXiv 2312.00752)",
     mutants=(Mutant("gate-per-key", "routing", "independent gates' per-key form w(1-w)b", per_key),
              Mutant("gate-no-baseline", "routing", "the baseline dropped: w b", lambda m, i, j: m.alpha(i, j) * m.b(i, j))),
-    leaves=CELL_LEAVES, free={"A": ("scores",), "H": ("scores",)}, dims={"g": 2}, axis="g", logit_leaf="A",
+    leaves=CELL_LEAVES, free={"A": ("scores",), "H": ("scores",)}, domains=dict.fromkeys(CELL_LEAVES, "real"), dims={"g": 2}, axis="g", logit_leaf="A",
     content=content, content_spec=options_content("H", "DeltaH"), reference_content=reference_content))

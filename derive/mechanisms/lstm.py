@@ -26,5 +26,5 @@ MECHANISM = register(Mechanism(
     mutants=(Mutant("lstm-advantage", "routing", "the paper's softmax form applied to the LSTM's gates", advantage),
              Mutant("lstm-no-saturation", "routing", "the factor 1 - w dropped: w b",
                     lambda m, i, j: m.alpha(i, j) * m.b(i, j))),
-    leaves=CELL_LEAVES, free={"A": ("scores",), "H": ("scores",)}, dims={"g": 2}, axis="g", logit_leaf="A",
+    leaves=CELL_LEAVES, free={"A": ("scores",), "H": ("scores",)}, domains=dict.fromkeys(CELL_LEAVES, "real"), dims={"g": 2}, axis="g", logit_leaf="A",
     content=content, content_spec=options_content("H", "DeltaH"), reference_content=reference_content))

@@ -55,5 +55,6 @@ MECHANISM = register(Mechanism(
              Mutant("moe-unselected-baseline", "routing", "the baseline over every expert, selected or not",
                     lambda m, i, e: m.alpha(i, e) * (m.b(i, e) - m.sum("e", lambda f: m.b(i, f)) / m.size("e")))),
     leaves={"r": ("n", "e"), "WR": ("dx", "e"), "WE": ("e", "dx", "dv"), "DeltaE": ("e", "dx", "dv")},
-    free={"r": ("scores",), "WE": ("scores", "params"), "WR": ("params",)}, dims={"e": None}, axis="e",
+    free={"r": ("scores",), "WE": ("scores", "params"), "WR": ("params",)},
+    domains={"r": "real", "WR": "real", "WE": "real", "DeltaE": "real"}, dims={"e": None}, axis="e",
     logit_leaf="r", content=content, content_spec=CONTENT, reference_content=reference_content))

@@ -10,9 +10,10 @@ logits s and its content v, at general size:
 - em_step:     J_j(Delta) - J_j(Delta*) = N_j/(2 eta) ||Delta - Delta*||^2 with N_j = sum_i w_ij and
                Delta* = -eta sum_i w_ij u_i / N_j         (the EM-normalised content step, C10)
 
-A cell is `proved` when the general path proves the identity (masked and unmasked) and no path has a
-witness against it, `disproved` when some path has a certified witness, else `undecided`; a path that
-proves what another disproves is an inconsistency. The answer is recorded whichever way it comes out:
+Each mask setting (none; a mask) is decided on its own: `proved` when the general path proves the identity
+and no path has a witness against it, `disproved` when some path has a certified witness, else `undecided`;
+a path that proves what another disproves is an inconsistency (`failed`). The cell is their common verdict,
+or `mask-dependent` when it holds unmasked and fails under a mask (`combine`). The answer is recorded whichever way it comes out:
 the table says what the mechanisms do, it does not assert what they should do.
 """
 from __future__ import annotations
@@ -94,22 +95,55 @@ def extra_identities(mechanism: str):
             for name, free, level, derived, closed, latex in mech.extra}
 
 
-def cell(outcomes):
-    """The cell's verdict from {(path, masked): Outcome}: (verdict, witness or None, reason)."""
-    witnesses = [(p, o.witness) for (p, _), o in outcomes.items() if o.status == "disproved"]
-    general = [o.status for (p, _), o in outcomes.items() if p == "general"]
-    if witnesses and "proved" in general:
+def _setting(outcomes):
+    """One mask setting's verdict from {path: Outcome}: (verdict, witness or None, reason)."""
+    witnesses = [(p, o.witness) for p, o in outcomes.items() if o.status == "disproved"]
+    general = outcomes.get("general")
+    if witnesses and general is not None and general.status == "proved":
         return "failed", None, f"inconsistent: general proved, {witnesses[0][0]} disproved"
-    held = [(p, q) for (p, k), o in outcomes.items() if o.status == "holds" for (q, k2), w in outcomes.items()
-            if k2 == k and w.status == "disproved" and w.witness is not None and w.witness.sizes in o.scope]
+    held = [(p, q) for p, o in outcomes.items() if o.status == "holds" for q, w in outcomes.items()
+            if w.status == "disproved" and w.witness is not None and w.witness.sizes in o.scope]
     if held:  # a fixed-size path found it holds at the very sizes of another path's witness
         return "failed", None, f"inconsistent: {held[0][0]} holds at the sizes where {held[0][1]} disproved it"
     if witnesses:
         return "disproved", witnesses[0][1], ""
-    if general and all(s == "proved" for s in general):
+    if general is not None and general.status == "proved":
         return "proved", None, ""
-    reasons = [o.reason for (p, _), o in outcomes.items() if o.status == "undecided" and o.reason]
+    reasons = [o.reason for o in outcomes.values() if o.status == "undecided" and o.reason]
     return "undecided", None, reasons[0] if reasons else "the general path did not prove it"
+
+
+def combine(per):
+    """The cell's verdict from each mask setting's {masked: (verdict, witness, reason)}.
+
+    The unmasked model is the all-ones mask, so "proved unmasked, disproved under a mask" is a fact about the
+    mechanism (`mask-dependent`), while "proved under every mask, disproved unmasked" is an inconsistency."""
+    verdicts = {k: v for k, (v, _, _) in per.items()}
+    witness = next((w for _, w, _ in per.values() if w is not None), None)
+    if "failed" in verdicts.values():
+        return "failed", None, next(r for v, _, r in per.values() if v == "failed")
+    if len(set(verdicts.values())) == 1:
+        return verdicts[next(iter(verdicts))], witness, next(iter(per.values()))[2]
+    if verdicts.get(False) == "proved" and verdicts.get(True) == "disproved":
+        return "mask-dependent", per[True][1], "holds unmasked (proved), fails under a mask (certified witness)"
+    if verdicts.get(True) == "proved" and verdicts.get(False) == "disproved":
+        return "failed", None, "inconsistent: proved under every 0/1 mask, disproved without one (the all-ones mask)"
+    if "disproved" in verdicts.values():
+        k = next(k for k, v in verdicts.items() if v == "disproved")
+        other = per[not k]
+        return "disproved", per[k][1], (f"{'masked' if k else 'unmasked'}: disproved; "
+                                        f"{'unmasked' if k else 'masked'}: {other[0]} {other[2]}".strip())
+    return "undecided", None, "; ".join(f"{'masked' if k else 'unmasked'}: {v} {r}".strip()
+                                        for k, (v, _, r) in sorted(per.items()))
+
+
+def cell(outcomes):
+    """The cell's verdict from {(path, masked): Outcome}: (verdict, witness or None, reason), and each mask
+    setting's verdict."""
+    per = {masked: _setting({p: o for (p, k), o in outcomes.items() if k == masked})
+           for masked in sorted({k for _, k in outcomes})}
+    verdict, witness, reason = combine(per)
+    return verdict, witness, reason, {("masked" if k else "unmasked"): v for k, (v, _, _) in per.items()}
 
 
 def decide(mechanism: str, run, masks=(False, True), which=None):
@@ -119,9 +153,10 @@ def decide(mechanism: str, run, masks=(False, True), which=None):
     for question, identity in (which or identities(mechanism)).items():
         outcomes = {(p, masked): run(p, identity, masked, f"mechanism {mechanism} / {question}")
                     for p in PATHS for masked in masks}
-        verdict, witness, reason = cell(outcomes)
+        verdict, witness, reason, settings = cell(outcomes)
         table[question] = {
             "verdict": verdict, "witness": witness.to_json() if witness else None, "reason": reason,
+            "settings": settings,
             "paths": {p: {("masked" if k else "unmasked"): o.status for (q, k), o in outcomes.items() if q == p}
                       for p in PATHS},
             "seconds": round(sum(o.seconds for o in outcomes.values()), 4),

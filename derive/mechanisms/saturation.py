@@ -1,28 +1,52 @@
-"""The saturation question: does C9's bound hold for a mechanism's own routing gradient?
+"""The saturation question: does C9's bound hold for a mechanism's true routing gradient?
 
     sum_j |dL/ds_ij| <= 4 (1 - max_j w_ij) max_j |b_ij|        (C9: saturated rows stop routing)
 
-Decided two ways, whichever applies:
-- proved: the mechanism routes by advantage (its `advantage` cell proved) and C9's three identity steps hold
-  for its weights (S1 the baseline as a mixture, S2 the self term vanishes, S3 the off-diagonal mass is
-  1 - w_ij: normalisation), each proved at general size; C9's chain of inequalities then applies verbatim.
-- disproved: a certified counterexample, searched over families that are natural for any mechanism (not tuned
-  to one): every logit equal (0), or one logit high (2, 4, 8) and the rest 0, with compatibilities +-1
-  alternating or all 1, beta = 0 and zero decays, for 2..12 options (a fixed option count as it is). The
-  left side is evaluated from the mechanism's proved routing form, both sides in interval arithmetic with
-  the real exp (200 bits); the point is recorded so anyone can re-evaluate it.
+Every quantity is the model's own: dL/ds_ij is differentiated from the loss through the mechanism's `weight`
+(never its declared `routing` form, which is a claim checked by the `routing` cell), w_ij is the weight and
+b_ij = u_i . content_ij. Decided for each mask setting (none, causal), one of two ways:
+
+- proved: the true gradient is the advantage form (the `advantage` cell proved in that setting), C9's three
+  identity steps hold for the weights (S1 the baseline as a mixture, S2 the self term vanishes, S3 the
+  off-diagonal mass is 1 - w_ij: normalisation), each proved at general size, and w_ij >= 0 follows from the
+  declared domains (derive.mechanisms.signs). C9's chain of inequalities then applies verbatim; the verdict
+  lists the assumptions it used.
+- disproved: a certified counterexample. Points are searched over families natural for any mechanism (every
+  logit equal, or one logit 2, 4 or 8 and the rest 0; compatibilities +-1 alternating or all 1; the
+  mechanism's own leaves at values of their declared domains) and at random points inside the domains, for
+  2, 3, 4 and 8 options; a point is screened in float64 and certified by interval arithmetic (200 bits) with
+  the real exp and log at its exact rationals. Singular points (a vanishing denominator, a log of a
+  non-positive number, an overflow) are skipped. The witness lists every entry the quantities read (every row,
+  every leaf), so `replay` rebuilds it as printed.
+
+The same search also runs where the bound is proved: a certified point there would be an inconsistency.
 """
 from __future__ import annotations
 
+import math
+import random
+from decimal import Decimal
 from fractions import Fraction
 
 from derive import graph, mechanisms
 from derive.claim import Identity
+from derive.fixed import Ix
 from derive.model import Setting
 from derive.rational import RationalBackend
+from derive.witness import _floor_log10, certified_decimal
 
-OPTIONS = range(2, 13)
+OPTIONS = (2, 3, 4, 8)
 HIGH = (0, 2, 4, 8)  # the first logit's value; 0: every logit equal
+PATTERNS = ("alternating", "ones")  # the compatibilities b_ij over the options
+RANDOM_POINTS = 4  # per layout and mask setting, every leaf drawn inside its domain
+OWN_LEAF_VALUES = {  # the values a mechanism's own leaves take in the families, per declared domain
+    "real": (Fraction(1), Fraction(3), "alternating"), "positive": (Fraction(1), Fraction(3), Fraction(1, 3)),
+    "nonnegative": (Fraction(0), Fraction(1), Fraction(3)), "unit": (Fraction(1, 2), Fraction(1, 10), Fraction(9, 10)),
+    "negative": (Fraction(-1), Fraction(-3)), "nonpositive": (Fraction(0), Fraction(-1)),
+}
+ALTERNATING = {"real": (Fraction(2), Fraction(-1))}
+SINGULAR = (ZeroDivisionError, OverflowError, graph.Uncertifiable)  # a point where the quantities are undefined
+PREC = 200
 
 
 def steps(mechanism: str):
@@ -46,87 +70,251 @@ def steps(mechanism: str):
     }
 
 
-class _Given(RationalBackend):
-    """The model at exact values, with the compatibilities b_i. of the query row given (any vector is one
-    query's u_i . content: the contents are free)."""
-
-    def __init__(self, setting, sizes, values, b):
-        super().__init__(setting, sizes, 0, values=values)
-        self._given_b = b
-
-    def b(self, i, j):
-        return graph.const(self._given_b[j.value])
-
-
+# -- the bound at one exact point ----------------------------------------------------------------------
 def _layouts(mech):
-    """(sizes, options) to try: a fixed option count as it is, else 2..12 keys or experts, one query row."""
-    base = {"n": 1, "dk": 1, "dv": 1, "m": 2, "dx": 1}
-    size = mech.dims.get(mech.axis) if mech.axis != "n" else None
-    counts = [size] if size else list(OPTIONS)
-    for k in counts:
+    """(sizes, options): a fixed option count as it is, else 2, 3, 4, 8 keys (n = options) or experts (n = 2)."""
+    base = {"n": 2, "dk": 1, "dv": 1, "m": 2, "dx": 1}
+    fixed = mech.dims.get(mech.axis) if mech.axis != "n" else None
+    for k in [fixed] if fixed else OPTIONS:
         yield ({**base, "n": k} if mech.axis == "n" else {**base, mech.axis: k}), k
 
 
-def counterexample(mechanism: str, prec=200):
-    """A certified point where the bound fails, as a dict (sizes, logits, b, both sides' bounds), or None."""
-    from derive.fixed import Ix
+def _model(mech, sizes, masked, values, seed=0):
+    setting = Setting("scores", "linear", masked, mechanism=mech.name)
+    return RationalBackend(setting, sizes, seed, f"mechanism {mech.name} / saturation", values=values)
 
-    mech = mechanisms.get(mechanism)
-    setting = Setting("scores", "linear", False, mechanism=mechanism)
-    for sizes, k in _layouts(mech):
+
+def _rows(m, k, rows=None):
+    """Per query row (every row, or those listed): (gradient nodes dL/ds_ij, weight nodes, compatibility nodes)
+    over the k options."""
+    mech = m.mechanism
+    out = []
+    for r in range(m.sizes["n"]) if rows is None else rows:
+        i, options = Ix("n", r), [Ix(mech.axis, j) for j in range(k)]
+        out.append(([graph.lift(m.derived_grad(mech.logit_leaf, i, j)) for j in options],
+                    [graph.lift(m.alpha(i, j)) for j in options], [graph.lift(m.b(i, j)) for j in options]))
+    return out
+
+
+def _float_margin(row):
+    """lhs - rhs of the bound in float64 (nan when undefined)."""
+    memo = {}
+    g, w, b = ([graph.float_value(x, memo) for x in xs] for xs in row)
+    values = g + w + b
+    if not all(math.isfinite(x) for x in values):
+        return math.nan
+    return sum(abs(x) for x in g) - 4 * (1 - max(w)) * max(abs(x) for x in b)
+
+
+def _bound(row):
+    """(lhs, rhs, w, b, g) of the bound, each side an exact (lo, hi) enclosure, w, b, g as intervals: evaluated at
+    200 bits with the real exp and log at the exact point."""
+    real = graph.RealEvaluator(PREC)
+    g, w, b = ([real(x) for x in xs] for xs in row)
+    lhs = graph.bounds(sum((abs(x) for x in g), real.ctx.mpf(0)))
+    top = _max_bounds([graph.bounds(x) for x in w])
+    big = _max_bounds([graph.bounds(abs(x)) for x in b])
+    corners = [4 * (1 - t) * m for t in top for m in big]  # the product of two intervals lies within its corners
+    return lhs, (min(corners), max(corners)), w, b, g
+
+
+def _max_bounds(pairs):
+    """An enclosure of the max of enclosures (lo, hi)."""
+    return max(lo for lo, _ in pairs), max(hi for _, hi in pairs)
+
+
+def _certify(row):
+    """The enclosures of `_bound` when they separate (lhs > rhs certified), else None."""
+    found = _bound(row)
+    return found if found[0][0] > found[1][1] else None
+
+
+def _decimal(iv):
+    return certified_decimal(*graph.bounds(iv))
+
+
+def _witness(m, r, k, row, certified, masked):
+    lhs, rhs, w, b, g = certified
+    roots = [x for xs in row for x in xs]
+    point = {label: f"{q.numerator}/{q.denominator}" for label, q in sorted(graph.leaves_of(roots).items())}
+    return {"sizes": dict(m.sizes), "masked": masked, "row": r, "options": k, "point": point,
+            "weights": [_decimal(x) for x in w], "b": [_decimal(x) for x in b], "gradient": [_decimal(x) for x in g],
+            "lhs_at_least": _down(lhs), "rhs_at_most": _up(rhs)}
+
+
+def _down(pair):
+    """A decimal at most the enclosure's lower end (the left side is at least it)."""
+    return _rounded(pair[0], up=False)
+
+
+def _up(pair):
+    """A decimal at least the enclosure's upper end (the right side is at most it)."""
+    return _rounded(pair[1], up=True)
+
+
+def _rounded(q, up, digits=12):
+    if q == 0:
+        return "0"
+    e = _floor_log10(abs(q)) - digits + 1
+    unit = Fraction(10) ** e
+    x = math.ceil(q / unit) if up else math.floor(q / unit)
+    return str(Decimal(x).scaleb(e))
+
+
+# -- the search ------------------------------------------------------------------------------------------
+def _option_position(dims, axis):
+    """Which index of a leaf's entry names the option (the first of the axis's range), or None."""
+    return dims.index(axis) if axis in dims else None
+
+
+def _family_values(m, k, high, pattern, t):
+    """Every entry the scores-level model reads, set for one family: logits (high, 0, ...) per row, the content
+    +-1 (or 1) by option, the mechanism's own leaves at the t-th value of their domain, everything else 1."""
+    mech = m.mechanism
+    sign = [Fraction(-1 if pattern == "alternating" and j % 2 else 1) for j in range(k)]
+    values = {}
+    for name, dims in m.leaves().items():
+        at = _option_position(dims, mech.axis) if name != mech.logit_leaf else len(dims) - 1
+        for ix in _entries(m.sizes, dims):
+            label = f"{name}[{','.join(map(str, ix))}]"
+            if name == mech.logit_leaf:
+                values[label] = Fraction(high if ix[at] == 0 else 0)
+            elif name == mech.content_spec.leaf:
+                values[label] = sign[ix[at]] if at is not None and ix[at] < k else Fraction(1)
+            elif name in mech.leaves:
+                values[label] = _own_value(mech.domain(name), t, ix)
+            else:
+                values[label] = Fraction(1)
+    values["beta"] = Fraction(0)
+    return values
+
+
+def _own_value(domain, t, ix):
+    choices = OWN_LEAF_VALUES[domain]
+    value = choices[t % len(choices)]
+    if value == "alternating":
+        pair = ALTERNATING[domain]
+        return pair[ix[-1] % 2] if ix else pair[0]
+    return value
+
+
+def _entries(sizes, dims):
+    out = [()]
+    for d in dims:
+        out = [ix + (v,) for ix in out for v in range(sizes[d])]
+    return out
+
+
+def _candidates(mech, sizes, k, seed):
+    """The points to try at one layout: the families, then random points inside the domains."""
+    probe = _model(mech, sizes, False, {})
+    families = max(len(OWN_LEAF_VALUES[mech.domain(n)]) for n in mech.leaves) if mech.leaves else 1
+    for t in range(families):
         for high in HIGH:
-            for signs in ("alternating", "ones"):
-                logits = [Fraction(high if j == 0 else 0) for j in range(k)]
-                b = [Fraction(-1 if signs == "alternating" and j % 2 else 1) for j in range(k)]
-                values = {f"{mech.logit_leaf}[0,{j}]": logits[j] for j in range(k)}
-                values.update({"beta": Fraction(0), **{f"ell[{t}]": Fraction(0) for t in range(sizes["n"])}})
-                m = _Given(setting, sizes, values, b)
-                i, options = Ix("n", 0), [Ix(mech.axis, j) for j in range(k)]
-                real = graph.RealEvaluator(prec)
-                lhs = sum((abs(real(graph.lift(mech.routing(m, i, j)))) for j in options), real.ctx.mpf(0))
-                top = max(real(graph.lift(m.alpha(i, j))).a for j in options)
-                rhs = 4 * (1 - top) * int(max(abs(x) for x in b))  # b is +-1
-                if lhs.a > rhs.b:
-                    return {"sizes": {d: v for d, v in m.sizes.items()}, "options": k,
-                            "logits": [str(x) for x in logits], "b": [str(x) for x in b], "beta": "0",
-                            "lhs_at_least": _down(lhs), "rhs_at_most": _up(rhs)}
+            for pattern in PATTERNS:
+                yield _family_values(probe, k, Fraction(high), pattern, t)
+    rng = random.Random(f"saturation/{mech.name}/{k}/{seed}")
+    for _ in range(RANDOM_POINTS):
+        yield {"seed": rng.getrandbits(64)}
+
+
+def counterexample(mechanism: str, masked: bool, seed=0):
+    """A certified point where the bound fails (a dict that `replay` rebuilds), or None.
+
+    Raises what the mechanism's own code raises other than at a singular point (an unsupported function):
+    the table makes that the cell's `error`."""
+    mech = mechanisms.get(mechanism)
+    for sizes, k in _layouts(mech):
+        for values in _candidates(mech, sizes, k, seed):
+            try:
+                found = _try(mech, sizes, k, masked, values)
+            except SINGULAR:
+                continue
+            except ValueError as exc:
+                if "math domain error" not in str(exc):
+                    raise
+                continue
+            if found is not None:
+                return found
     return None
 
 
-def _down(x, digits=12):
-    """A decimal string at most the interval's lower end (rounded toward -inf): the left side is at least it."""
-    import mpmath
-
-    with mpmath.workprec(256):
-        lo = mpmath.mpf(x.a._mpi_[0])
-        text = mpmath.nstr(lo, digits)
-        return text if mpmath.mpf(text) <= lo else mpmath.nstr(lo - abs(lo) * mpmath.mpf(10) ** (1 - digits), digits)
-
-
-def _up(x, digits=12):
-    """A decimal string at least the interval's upper end: the right side is at most it."""
-    import mpmath
-
-    with mpmath.workprec(256):
-        hi = mpmath.mpf(x.b._mpi_[1])
-        text = mpmath.nstr(hi, digits)
-        return text if mpmath.mpf(text) >= hi else mpmath.nstr(hi + abs(hi) * mpmath.mpf(10) ** (1 - digits), digits)
+def _try(mech, sizes, k, masked, values):
+    seed = values.get("seed")
+    m = _model(mech, sizes, masked, None if seed is not None else values, seed or 0)
+    for r, row in enumerate(_rows(m, k)):
+        margin = _float_margin(row)
+        if margin > 0 or math.isnan(margin):
+            certified = _certify(row)
+            if certified is not None:
+                return _witness(m, r, k, row, certified, masked)
+    return None
 
 
-def decide(mechanism: str, advantage_verdict: str, run):
-    """The saturation cell: {verdict, witness, reason, steps: {name: verdict}}; run as questions.decide's."""
-    from derive.mechanisms import questions
+def replay(mechanism: str, witness: dict):
+    """(lhs, rhs): the bound's two sides as exact (lo, hi) enclosures, rebuilt from the witness as printed (its
+    sizes, mask, row and point). Raises ValueError when the point does not give every entry the quantities read."""
+    mech = mechanisms.get(mechanism)
+    values = {label: Fraction(v) for label, v in witness["point"].items()}
+    m = _model(mech, witness["sizes"], witness["masked"], values)
+    row = _rows(m, witness["options"], [witness["row"]])[0]
+    missing = sorted(set(graph.leaves_of([x for xs in row for x in xs])) - set(values))
+    if missing:
+        raise ValueError(f"the witness of {mechanism} does not give {', '.join(missing[:5])}: it is incomplete")
+    lhs, rhs, *_ = _bound(row)
+    return lhs, rhs
 
-    cells = questions.decide(mechanism, run, which=steps(mechanism))
-    verdicts = {name: c["verdict"] for name, c in cells.items()}
-    seconds = sum(c["seconds"] for c in cells.values())
-    if advantage_verdict == "proved" and all(v == "proved" for v in verdicts.values()):
-        return {"verdict": "proved", "witness": None, "steps": verdicts, "seconds": round(seconds, 4),
-                "reason": "routes by advantage and C9's steps S1-S3 hold for its weights: C9's chain applies"}
-    witness = counterexample(mechanism)
-    if witness is not None:
-        return {"verdict": "disproved", "witness": witness, "steps": verdicts, "seconds": round(seconds, 4),
-                "reason": f"the bound fails at {witness['options']} options, logits {witness['logits']}, b {witness['b']}: "
-                          f"left side >= {witness['lhs_at_least']} > right side <= {witness['rhs_at_most']}"}
-    return {"verdict": "undecided", "witness": None, "steps": verdicts, "seconds": round(seconds, 4),
-            "reason": "C9's proof does not apply to these weights and no counterexample was found in the searched families"}
+
+# -- the cell ------------------------------------------------------------------------------------------------
+def _proof(advantage, step_cells, sign, masked):
+    """The assumptions C9's chain used, when it applies in this mask setting; else (None, why not)."""
+    key = "masked" if masked else "unmasked"
+    if advantage.get("settings", {}).get(key) != "proved":
+        return None, f"the true gradient is not shown to be the advantage form ({advantage['verdict']})"
+    open_steps = [n for n, c in step_cells.items() if c.get("settings", {}).get(key) != "proved"]
+    if open_steps:
+        return None, f"C9's step(s) {', '.join(open_steps)} not proved for these weights"
+    if sign.sign is None:
+        return None, f"w >= 0 does not follow from the declared domains (no sign for {sign.stuck})"
+    return sorted({"w_ij >= 0 (sign analysis of the weight)", *sign.uses, *sign.assumes}), ""
+
+
+def decide(mechanism: str, advantage: dict, run, seed=0):
+    """The saturation cell: {verdict, witness, reason, steps, settings, assumptions, seconds}; advantage is the
+    mechanism's `advantage` cell, run as questions.decide's."""
+    import time
+
+    from derive.mechanisms import questions, signs
+
+    t0 = time.perf_counter()
+    step_cells = questions.decide(mechanism, run, which=steps(mechanism))
+    sign = signs.weight_sign(mechanism)
+    per, assumptions = {}, []
+    for masked in (False, True):
+        used, why = _proof(advantage, step_cells, sign, masked)
+        witness = counterexample(mechanism, masked, seed)
+        if used is not None and witness is not None:
+            per[masked] = ("failed", witness, "inconsistent: C9's chain applies, yet a certified point violates the bound")
+        elif used is not None:
+            assumptions = sorted(set(assumptions) | set(used))
+            per[masked] = ("proved", None, "")
+        elif witness is not None:
+            per[masked] = ("disproved", witness, describe(witness))
+        else:
+            per[masked] = ("undecided", None, f"C9's proof does not apply ({why}) and no certified counterexample was "
+                                              f"found in the searched families and random points")
+    verdict, witness, reason = questions.combine(per)
+    if verdict == "proved":
+        reason = "the true gradient routes by advantage and C9's steps S1-S3 hold: C9's chain applies, assuming " + \
+                 "; ".join(assumptions)
+    return {"verdict": verdict, "witness": witness, "reason": reason, "assumptions": assumptions,
+            "steps": {n: c["verdict"] for n, c in step_cells.items()},
+            "settings": {("masked" if k else "unmasked"): v for k, (v, _, _) in per.items()},
+            "seconds": round(time.perf_counter() - t0, 4)}
+
+
+def describe(w):
+    """One line: where the bound fails."""
+    return (f"the bound fails at {w['options']} options, row {w['row']} ({'causal mask' if w['masked'] else 'unmasked'}):"
+            f" weights ({', '.join(w['weights'])}), b ({', '.join(w['b'])}): left side >= {w['lhs_at_least']} > right "
+            f"side <= {w['rhs_at_most']} (the point's {len(w['point'])} entries in the witness)")

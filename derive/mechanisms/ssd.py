@@ -45,6 +45,6 @@ MECHANISM = register(Mechanism(
     mutants=(Mutant("ssd-advantage", "routing", "the paper's softmax form applied to SSD", advantage),
              Mutant("ssd-per-key", "routing", "sigmoid attention's per-key form w(1-w)b", per_key),
              Mutant("ssd-no-decay", "routing", "the decay dropped: M b", lambda m, i, j: m.mask(i, j) * m.b(i, j))),
-    leaves={"ell": ("n",)}, free={"ell": ("scores", "qk", "params")},
+    leaves={"ell": ("n",)}, free={"ell": ("scores", "qk", "params")}, domains={"ell": "nonpositive"},
     extra=(("decay gradient", ("n",), "scores", lambda m, t: m.derived_grad("ell", t), decay_gradient,
             r"\frac{\partial L}{\partial \ell_t}=\sum_{ij}w_{ij}b_{ij}(M_{it}-M_{jt})"),)))
