@@ -20,6 +20,7 @@ import os
 import signal
 import sys
 import time
+import traceback
 from pathlib import Path
 
 from derive import claimfile, verdict
@@ -53,6 +54,8 @@ def parse_args(argv):
     p.add_argument("--seed", type=int, default=0, help="seed for every random choice (default 0)")
     p.add_argument("--claims", action="append", default=[], metavar="FILE",
                    help="extra claim file (Python calling derive.claims.register); repeatable")
+    p.add_argument("--traceback", action="store_true",
+                   help="with an error in a --claims file, print the Python traceback of the user's code too")
     p.add_argument("--claim", default="", help="restrict the derive stage to these claim ids (comma-separated)")
     p.add_argument("--threads", type=_positive_int, default=None, metavar="N",
                    help="torch threads for the experiments stage (default: OMP_NUM_THREADS or MKL_NUM_THREADS when "
@@ -130,9 +133,13 @@ def resolve_threads(requested):
 
 def load_claims(args):
     for path in args.claims:
+        from numeric.reference_check import check_reference  # a mechanism's torch reference, checked at load
+
         try:
-            added = claimfile.load(path)
+            added = claimfile.load(path, mechanism_checks=(check_reference,))
         except (FileNotFoundError, claimfile.ClaimFileError) as exc:
+            if args.traceback and exc.__cause__ is not None:
+                traceback.print_exception(exc.__cause__, file=sys.stderr)
             raise UsageError(str(exc)) from exc
         taken = sorted(set(added) & set(empirical_ids()))
         if taken:

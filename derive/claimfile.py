@@ -24,11 +24,18 @@ class ClaimFileError(Exception):
     """A claims file that cannot be run, with the file and line to fix."""
 
 
-def load(path) -> list:
-    """Execute a claims file (it calls `derive.claims.register`), check what it added, return the new ids."""
+# Which file registered each mechanism loaded so far (for the message when another file takes the name).
+LOADED_FROM: dict = {}
+
+
+def load(path, mechanism_checks=()) -> list:
+    """Execute a claims file (it calls `derive.claims.register` and may register mechanisms), check what it
+    added, return the new claim ids. mechanism_checks: further checks of each mechanism it registers, each
+    raising derive.mechanisms.check.MechanismError (the command line's: its torch reference, numeric.reference_check)."""
     path = Path(path)
     if not path.is_file():
         raise FileNotFoundError(f"extra claims file not found: {path}")
+    mechanisms.builtin()  # loaded first, so a file cannot take a built-in's name (nor replace it unseen)
     builtin = set(registry.builtin_ids())
     before = set(registry.REGISTRY)
     before_mechanisms = set(mechanisms.REGISTRY)
@@ -40,24 +47,29 @@ def load(path) -> list:
         _drop(before, before_mechanisms)
         raise ClaimFileError(f"{path}:{_line_in(path, exc)}: {_message(exc, builtin)}") from exc
     added = [cid for cid in registry.REGISTRY if cid not in before]
+    new_mechanisms = [n for n in mechanisms.REGISTRY if n not in before_mechanisms]
     try:
-        for name in [n for n in mechanisms.REGISTRY if n not in before_mechanisms]:
-            _check_mechanism(mechanisms.REGISTRY[name], path)
+        for name in new_mechanisms:
+            _check_mechanism(mechanisms.REGISTRY[name], path, mechanism_checks)
         for cid in added:
             check(registry.REGISTRY[cid], path)
     except BaseException:
         _drop(before, before_mechanisms)  # nothing half-checked stays registered
         raise
+    LOADED_FROM.update(dict.fromkeys(new_mechanisms, str(path)))
     return added
 
 
-def _check_mechanism(mechanism, path):
-    """A mechanism the file registered: every question builds and its weight reads only logits and mask."""
+def _check_mechanism(mechanism, path, further=()):
+    """A mechanism the file registered: every question builds and its weight reads only logits and mask
+    (and whatever `further` checks)."""
     from derive.mechanisms.check import MechanismError
     from derive.mechanisms.check import check as check_mechanism
 
     try:
         check_mechanism(mechanism)
+        for extra in further:
+            extra(mechanism)
     except MechanismError as exc:
         code = getattr(exc.function, "__code__", None)
         own = code.co_firstlineno if code and Path(code.co_filename).resolve() == path.resolve() else None
@@ -81,6 +93,11 @@ def _drop(before, before_mechanisms=None):
 
 def _message(exc, builtin):
     text = str(exc)
+    if isinstance(exc, ValueError) and text.startswith("mechanism "):  # derive.mechanisms' own refusals
+        name = text.split()[1].rstrip(":")
+        if name in LOADED_FROM and "registered already" in text:
+            return f"mechanism {name}: the name is taken by {LOADED_FROM[name]}; choose another"
+        return text
     for cid in builtin:
         if text == f"claim {cid} is already registered":
             return f"claim id {cid} is a built-in claim of this project; choose another id"

@@ -81,6 +81,15 @@ def mechanism_sizes(mech, sizes):
     return out
 
 
+def draw_in_domain(domain, shape, g):
+    """Float64 entries inside one of derive.mechanisms.base.DOMAINS (bounded away from 0 where it is excluded)."""
+    r = torch.rand(shape, generator=g, dtype=torch.float64)
+    if domain == "real":
+        return torch.randn(shape, generator=g, dtype=torch.float64)
+    return {"positive": 0.25 + 1.5 * r, "nonnegative": 1.5 * r, "unit": 0.05 + 0.9 * r,
+            "negative": -(0.25 + 1.5 * r), "nonpositive": -1.5 * r}[domain]
+
+
 class World:
     """One random draw: leaves, scalars, mask and every forward quantity, at one level, for one mechanism."""
 
@@ -105,10 +114,10 @@ class World:
             return torch.nn.functional.one_hot(torch.randint(0, shape[1], (shape[0],), generator=g), shape[1]).double()
         if name == "alpha":  # free attention weights (C7): positive, not normalised
             return 0.1 + torch.rand(shape, generator=g, dtype=torch.float64)
-        if name == "ell":  # log-decays, <= 0 (any reals would do: the identities are algebraic)
-            return -torch.rand(shape, generator=g, dtype=torch.float64)
         # the projections and the router, expert weights (through x) scaled: scores O(1), no saturation
         std = 1 / self.sizes["dx"] ** 0.5 if name in ("WQ", "WK", "WV", "WR", "WE") else 1.0
+        if name in self.mech.leaves:  # a mechanism's own leaf, inside its declared domain (an SSD's log-decays <= 0)
+            return std * draw_in_domain(self.mech.domain(name), shape, g)
         return std * torch.randn(shape, generator=g, dtype=torch.float64)
 
     @staticmethod

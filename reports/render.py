@@ -66,7 +66,7 @@ def fmt(value, digits=4):
 def verdict_class(verdict):
     if verdict in GOOD:
         return "good"
-    if verdict in ("partly-reproduced", "undecided"):
+    if verdict in ("partly-reproduced", "undecided", "mask-dependent"):
         return "partial"
     return "neutral" if verdict == "not-run" else "bad"
 
@@ -499,15 +499,16 @@ def _witness_view(mechanism, question, w):
     a bound's (saturation: one query row at given logits and compatibilities, both sides' certified bounds)."""
     base = {"mechanism": mechanism, "question": question, "anchor": _anchor("mech-witness", mechanism, question),
             "sizes": witness_sizes(w) if isinstance(w.get("sizes"), dict) else str(w.get("sizes", DASH))}
+    point = w.get("point") if isinstance(w.get("point"), dict) else {}
     if "lhs_at_least" in w or "rhs_at_most" in w:
-        setting = [f"{w['options']} options" if "options" in w else None,
-                   f"logits ({', '.join(map(str, w.get('logits', [])))})" if "logits" in w else None,
+        setting = [f"query row {w['row']}" if "row" in w else None,
+                   f"{w['options']} options" if "options" in w else None,
                    f"b ({', '.join(map(str, w.get('b', [])))})" if "b" in w else None,
-                   f"beta = {w['beta']}" if "beta" in w else None]
-        return {**base, "kind": "bound", "mask": "one query row, no mask" if not w.get("masked") else "causal mask",
-                "indices": DASH, "lhs": f"≥ {w.get('lhs_at_least', DASH)}", "rhs": f"≤ {w.get('rhs_at_most', DASH)}",
-                "setting": "; ".join(s for s in setting if s), "point": [], "point_count": 0}
-    point = w.get("point") or {}
+                   f"weights ≈ ({', '.join(map(str, w.get('weights', [])))})" if "weights" in w else None]
+        return {**base, "kind": "bound", "mask": "causal mask" if w.get("masked") else "unmasked",
+                "indices": str(w["row"]) if "row" in w else DASH, "lhs": f"≥ {w.get('lhs_at_least', DASH)}",
+                "rhs": f"≤ {w.get('rhs_at_most', DASH)}", "setting": "; ".join(s for s in setting if s),
+                "point": point_entries(point), "point_count": len(point)}
     return {**base, "kind": "identity", "mask": "causal mask" if w.get("masked") else "unmasked",
             "indices": "(" + ", ".join(map(str, w.get("indices") or [])) + ")", "lhs": str(w.get("lhs", DASH)),
             "rhs": str(w.get("rhs", DASH)), "setting": "", "point": point_entries(point), "point_count": len(point)}
@@ -545,7 +546,7 @@ def mechanisms_view(results):
             verdict = cell.get("verdict", "undecided")
             w = cell.get("witness")
             anchor = ""
-            if verdict == "disproved" and isinstance(w, dict):
+            if verdict in ("disproved", "mask-dependent") and isinstance(w, dict):
                 witnesses.append(_witness_view(name, q, w))
                 anchor = witnesses[-1]["anchor"]
             reason = cell.get("reason") or ""
@@ -588,7 +589,8 @@ def _conjecture(rows, meta):
                        "proved": _names(by["proved"]), "disproved": _names(by["disproved"]), "open": _names(by["open"])})
     holds, refuted, open_ = [], [], []
     for r in rows:
-        failed = [letter for letter, q, _, _ in CONJECTURE if r["verdicts"].get(q) == "disproved"]
+        failed = [letter + (", under a mask" if r["verdicts"].get(q) == "mask-dependent" else "")
+                  for letter, q, _, _ in CONJECTURE if r["verdicts"].get(q) in ("disproved", "mask-dependent")]
         if failed:
             refuted.append({"name": r["name"], "failed": " and ".join(f"({x})" for x in failed)})
         elif all(r["verdicts"].get(q) == "proved" for _, q, _, _ in CONJECTURE):

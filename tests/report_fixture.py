@@ -157,8 +157,10 @@ MECH_WITNESS = {"sizes": {"n": 3, "dk": 1, "dv": 1, "m": 2, "dx": 1}, "masked": 
                 "point": {**{f"s[{i},{j}]": f"{i - j}/{3 + i + j}" for i in range(3) for j in range(3)},
                           "beta": "-1/4", "v[0,0]": "2/7"},
                 "lhs": "0.0536271903311", "rhs": "0.0195988699932"}
-MECH_BOUND = {"sizes": {"n": 2, "dk": 1, "dv": 1, "m": 2, "dx": 1}, "options": 2, "logits": ["4", "0"], "b": ["1", "-1"],
-              "beta": "0", "lhs_at_least": "0.267662706213", "rhs_at_most": "0.0719448398484"}
+MECH_BOUND = {"sizes": {"n": 2, "dk": 1, "dv": 1, "m": 2, "dx": 1}, "masked": False, "row": 0, "options": 2,
+              "point": {"s[0,0]": "4", "s[0,1]": "0", "U[0,0]": "1", "v[0,0]": "1", "v[1,0]": "-1", "beta": "0"},
+              "weights": ["0.982", "0.5"], "b": ["1", "-1"], "gradient": ["0.0177", "0.25"],
+              "lhs_at_least": "0.267662706213", "rhs_at_most": "0.0719448398484"}
 MECH_UNDECIDED = "general path over the 60 s budget at n symbolic"
 MECH_LATEX = {
     "routing": "",

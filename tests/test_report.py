@@ -550,16 +550,18 @@ def test_mechanism_witnesses_are_recheckable(rendered):
     assert "<summary>exact point: 11 entries</summary>" in point  # collapsed, every entry inside
     assert '<code class="nowrap">s[0,1] = -1/4</code>' in point and '<code class="nowrap">v[0,0] = 2/7</code>' in point
     assert ('<tr id="mech-witness-sigmoid-saturation"><td><code>sigmoid</code></td><td>saturation</td>'
-            '<td>n=2 dk=1 dv=1 m=2 dx=1</td><td>one query row, no mask</td><td>–</td>'
+            '<td>n=2 dk=1 dv=1 m=2 dx=1</td><td>unmasked</td><td>0</td>'
             '<td class="nowrap">≥ 0.267662706213</td><td class="nowrap">≤ 0.0719448398484</td></tr>') in w
-    assert "at 2 options; logits (4, 0); b (1, -1); beta = 0" in w
+    assert "at query row 0; 2 options; b (1, -1); weights ≈ (0.982, 0.5): <details><summary>exact point: 6 entries" in w
+    assert '<code class="nowrap">U[0,0] = 1</code>' in w  # the whole point, so it replays as printed
     tex_sec = _tex_mechanisms_section(tex)
     assert (r"\hypertarget{mech-witness-sigmoid-advantage}{}\texttt{sigmoid} & advantage & n=3 dk=1 dv=1 m=2 dx=1 & "
             r"causal mask & (1, 0) & 0.05362719\allowbreak{}03311 & 0.01959886\allowbreak{}99932 \\*") in tex_sec
     assert (r"point {(}11 entries, the first 8 shown, all in \texttt{results.json}): \texttt{s[0,0] = 0/3, "
             r"s[0,1] = -1/4") in tex_sec
-    assert r"s[2,1] = 1/6}, \ldots" in tex_sec and "v[0,0]" not in tex_sec  # cut, and said so
-    assert r"one query row, no mask & – & ≥ 0.26766270\allowbreak{}6213 & ≤ 0.07194483\allowbreak{}98484" in tex_sec
+    assert r"s[2,1] = 1/6}, \ldots" in tex_sec and "v[0,0] = 2/7" not in tex_sec  # cut, and said so
+    assert r"unmasked & 0 & ≥ 0.26766270\allowbreak{}6213 & ≤ 0.07194483\allowbreak{}98484" in tex_sec
+    assert r"at query row 0; 2 options; b (1, -1); weights ≈ (0.982, 0.5); point {(}6 entries): \texttt{" in tex_sec
 
 
 def test_mechanism_mutants_follow_the_kill_matrix(rendered):
@@ -585,7 +587,7 @@ def test_pdf_has_the_mechanism_section(rendered):
     text = subprocess.run(["pdftotext", str(out / "report.pdf"), "-"], capture_output=True, text=True, check=True).stdout
     sec = text[text.index("Which mechanisms route by advantage?"):text.index("How far the verdicts can be trusted")]
     for words in ("Counterexamples", "Mechanism mutants", "sigmoid-advantage", "ACCEPTED", "one-step analysis",
-                  "11 entries, the first 8 shown, all in results.json", "at 2 options; logits (4, 0)"):
+                  "11 entries, the first 8 shown, all in results.json", "at query row 0; 2 options"):
         assert words in sec, words
 
 
@@ -626,3 +628,27 @@ def test_math_pieces_split_only_at_top_level():
 
     assert math_pieces(r"w=\frac{a,\ b}{c},\ s=c\,q\cdot k,\ f(x,\ y)") == [r"w=\frac{a,\ b}{c}", r"s=c\,q\cdot k", r"f(x,\ y)"]
     assert math_pieces("") == [] and math_pieces(None) == [] and math_pieces(r"\{a,\ b") == [r"\{a", "b"]
+
+
+def test_mask_dependent_and_error_cells_are_shown_as_such():
+    """A cell that holds unmasked and fails under a mask shows its witness and counts against the conjecture
+    "under a mask"; a cell that could not be decided reads error (bad) with its message."""
+    from report_fixture import MECH_BOUND, MECH_WITNESS, mechanisms
+
+    from reports.render import mechanisms_view, verdict_class
+    data = mechanisms()
+    sigmoid = data["table"]["sigmoid"]["questions"]
+    sigmoid["routing"] = {"verdict": "mask-dependent", "witness": {**MECH_WITNESS}, "settings":
+                          {"unmasked": "proved", "masked": "disproved"},
+                          "reason": "holds unmasked (proved), fails under a mask (certified witness)"}
+    sigmoid["saturation"] = {"verdict": "error", "witness": None, "reason": "ZeroDivisionError: at the weight"}
+    view = mechanisms_view({"mechanisms": data})
+    cells = {c["question"]: c for c in next(r for r in view["rows"] if r["name"] == "sigmoid")["cells"]}
+    assert cells["routing"]["cls"] == "partial" and cells["routing"]["anchor"] == "mech-witness-sigmoid-routing"
+    assert "fails under a mask" in cells["routing"]["reason"]
+    assert cells["saturation"]["cls"] == "bad" and cells["saturation"]["reason"].startswith("ZeroDivisionError")
+    assert [w["question"] for w in view["witnesses"] if w["mechanism"] == "sigmoid"] == ["routing", "advantage"]
+    refuted = {x["name"]: x["failed"] for x in view["conjecture"]["refuted"]}
+    assert refuted["sigmoid"].startswith("(")
+    assert verdict_class("mask-dependent") == "partial" and verdict_class("error") == "bad"
+    assert MECH_BOUND["point"]  # the bound's witness in the fixture is complete (every entry it reads)

@@ -22,7 +22,9 @@ def register(mechanism: Mechanism) -> Mechanism:
     if not isinstance(mechanism, Mechanism):
         raise TypeError(f"register takes a Mechanism, got {type(mechanism).__name__}")
     if mechanism.name in REGISTRY and REGISTRY[mechanism.name] is not mechanism:
-        raise ValueError(f"mechanism {mechanism.name!r} is registered already")
+        if mechanism.name in BUILTIN:
+            raise ValueError(f"mechanism {mechanism.name}: the name is taken by a built-in mechanism; choose another")
+        raise ValueError(f"mechanism {mechanism.name}: the name is registered already; choose another")
     REGISTRY[mechanism.name] = mechanism
     return mechanism
 

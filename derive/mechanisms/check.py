@@ -38,10 +38,19 @@ def check(mechanism):
                                          f"not an expression of the model", function)
         except MechanismError:
             raise
-        except (ShapeError, TypeError, AttributeError, KeyError, ValueError) as exc:
-            raise MechanismError(f"mechanism {mechanism.name}, question {name}: {type(exc).__name__}: {exc}",
-                                 function) from exc
-    _check_weight_reads(mechanism)
+        except Exception as exc:  # the user's code: a wrong range, an undefined name, a division by zero, ...
+            raise MechanismError(f"mechanism {mechanism.name}: question {name}: {_what(exc)}", function) from exc
+    try:
+        _check_weight_reads(mechanism)
+    except MechanismError:
+        raise
+    except Exception as exc:
+        raise MechanismError(f"mechanism {mechanism.name}: weight: {_what(exc)}", mechanism.weight) from exc
+
+
+def _what(exc):
+    """An exception from the user's code as one line ("ShapeError: ..." reads as its message)."""
+    return str(exc) if isinstance(exc, ShapeError) else f"{type(exc).__name__}: {exc}"
 
 
 def _check_dims(mechanism):
@@ -78,3 +87,26 @@ def _check_weight_reads(mechanism):
     if mechanism.logit_leaf not in read:
         raise MechanismError(f"mechanism {mechanism.name}: the weight does not read the logits "
                              f"({mechanism.logit_leaf}): routing needs w to depend on s", mechanism.weight)
+
+
+def weight_sample(mechanism, masked, seed=0):
+    """The mechanism's weights at one random rational point at the q/k level (the inputs `reference` reads):
+    (sizes, {entry label: Fraction} of every leaf and scalar the weights read, the logits and the weights as floats,
+    one row per query and one column per option). Small sizes, every dim distinct; ZeroDivisionError (or another
+    ArithmeticError) at a singular point."""
+    from derive import graph
+    from derive.fixed import Ix
+    from derive.mechanisms import questions
+    from derive.rational import RationalBackend
+
+    identity = questions.identities(mechanism.name)["advantage"]
+    sizes = {"n": 3, "dk": 2, "dv": 4, "m": 2, "dx": 5}
+    m = RationalBackend(identity.setting("linear", masked, level="qk"), sizes, seed=seed,
+                        context=f"mechanism {mechanism.name} / reference")
+    options = m.sizes[mechanism.axis]
+    def table(f):
+        return [[graph.float_value(f(Ix("n", i), Ix(mechanism.axis, j))) for j in range(options)]
+                for i in range(m.sizes["n"])]
+
+    weights = table(m.alpha)
+    return m.sizes, dict(m.graph.values), table(m.s), weights
