@@ -137,6 +137,7 @@ EXAMPLE = Path(__file__).resolve().parents[1] / "docs" / "examples" / "attention
 @pytest.fixture
 def loaded():
     from derive import claimfile
+    mechanisms.builtin()  # loaded first: what the test adds is all that it removes
     before = set(mechanisms.REGISTRY)
     yield claimfile.load
     for name in set(mechanisms.REGISTRY) - before:
