@@ -208,8 +208,9 @@ def div(a: Node, b: Node) -> Node:
     return mul(a, inv(b))
 
 
-def topo(roots, consts=False):
-    """The nodes reachable from `roots`, children before parents (constants only if asked)."""
+def topo(roots, consts=False, known=()):
+    """The nodes reachable from `roots`, children before parents (constants only if asked); nodes in `known`
+    (already evaluated) are neither listed nor traversed."""
     seen = set()
     order = []
     stack = [(r, False) for r in reversed(roots)]
@@ -218,12 +219,12 @@ def topo(roots, consts=False):
         if done:
             order.append(node)
             continue
-        if node in seen:
+        if node in seen or node in known:
             continue
         seen.add(node)
         stack.append((node, True))
         for child in (node.b, node.a):
-            if child is not None and child not in seen and (consts or child.op != CONST):
+            if child is not None and child not in seen and child not in known and (consts or child.op != CONST):
                 stack.append((child, False))
     if not consts:
         order = [n for n in order if n.op != CONST]
@@ -417,9 +418,9 @@ def float_value(root, memo=None) -> float:
     """The value of a node over the reals in plain float64 (math.exp, math.log)."""
     memo = {} if memo is None else memo
     root = lift(root)
-    for node in topo([root], consts=True):
-        if node in memo:
-            continue
+    if root in memo:
+        return memo[root]
+    for node in topo([root], consts=True, known=memo):
         op = node.op
         if op == CONST:
             v = float(node.data)

@@ -86,8 +86,8 @@ class DeriveSizes:
 class NumericSizes:
     """The numeric stage: random API cases, random draws per identity shape, the benchmark profile,
     random identities fuzzed through every proof path (and the budget of each), the fuzzer's Dask workers
-    (0: a local cluster with one per CPU; 1: in this process, no cluster), and the paired blocks timing the
-    watcher's overhead on each of its setups."""
+    (0: a local cluster with one per CPU; 1: in this process, no cluster), the paired blocks timing the
+    watcher's overhead on each of its setups, and the random mechanisms of the mechanism fuzzer."""
 
     api_cases: int
     identity_draws: int
@@ -99,9 +99,11 @@ class NumericSizes:
     watch_setups: tuple = ("demo", "long")  # numeric.watch_bench setups timed ("demo": the 10% goal's model)
     watch_min_seconds: float = 8.0  # each setup is timed at least this long (more pairs when its steps are fast)
     sdpa_cases: int = 300  # random calls of the drop-in scaled_dot_product_attention against torch's
+    # random user-style mechanisms through the mechanisms table against numeric.mechanism_oracle (6 cells each)
+    mechanism_fuzz: int = 170
 
     def __post_init__(self):
-        _check_ints(self, "api_cases", "identity_draws", "fuzz_claims", "watch_repeats", "sdpa_cases")
+        _check_ints(self, "api_cases", "identity_draws", "fuzz_claims", "watch_repeats", "sdpa_cases", "mechanism_fuzz")
         if not isinstance(self.watch_min_seconds, (int, float)) or not self.watch_min_seconds >= 0:
             raise ValueError(f"NumericSizes.watch_min_seconds must be a number >= 0, got {self.watch_min_seconds!r}")
         if (not isinstance(self.watch_setups, tuple) or "demo" not in self.watch_setups
@@ -335,7 +337,7 @@ QUICK = Profile(
                 mutant_grid=(sizes(3, 2, 2),), mechanism_grid=(sizes(2, 2, 2), sizes(3, 2, 2)), search_restarts=30, budget_s=60.0,
                 general_total_budget_s=5.0, fixed_total_budget_s=15.0, scaling_base=(3, 2, 2),
                 scaling_sweeps={"n": (2, 3, 4), "d": (1, 2, 3), "m": (1, 2, 3)}),
-    NumericSizes(api_cases=12, identity_draws=2, bench="quick", fuzz_claims=6, fuzz_budget_s=4.0, fuzz_jobs=1, sdpa_cases=60,
+    NumericSizes(api_cases=12, identity_draws=2, bench="quick", fuzz_claims=6, fuzz_budget_s=4.0, fuzz_jobs=1, sdpa_cases=60, mechanism_fuzz=2,
                  watch_repeats=1, watch_setups=("demo",), watch_min_seconds=0.0),
     ExperimentSizes(length=200, steps=150, blocks=4, checkpoints=6, tracked_rows=16,
                     fresh=(FreshGroup("torch-float64", 0, (42, 2024)), FreshGroup("torch-float32", 0, (1, 2))),

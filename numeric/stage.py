@@ -37,6 +37,7 @@ class NumericStage:
         self.sdpa_dropin()
         self.benchmarks()
         self.fuzz()
+        self.mechanism_fuzz()
 
     def _check(self, cid, claim, ok, seconds, measured, expected, kind="numeric", detail=""):
         self.results.record(Check(cid, "numeric", kind, claim, "pass" if ok else "fail", round(seconds, 4),
@@ -210,6 +211,25 @@ class NumericStage:
                                     for name, m in summary.get("mechanisms", {}).items()}},
                     {"false_verdicts": 0}, kind="negative-control",
                     detail="proved false / disproved true identities against the float64 autograd oracle")
+
+    def mechanism_fuzz(self):
+        """Random user-style mechanisms through the mechanisms table, every cell's verdict against the independent
+        torch oracle (numeric.mechanism_fuzz); any false verdict fails the run. results.json `derive.mechanism_fuzz`."""
+        from numeric import mechanism_fuzz
+
+        t0 = time.perf_counter()
+        workers = {0: None, 1: 0}.get(self.profile.fuzz_jobs, self.profile.fuzz_jobs)
+        summary = mechanism_fuzz.run(self.profile.mechanism_fuzz, self.seed, workers=workers, log=self.log)
+        summary.pop("rows", None)  # `python -m numeric.mechanism_fuzz --out FILE` keeps every mechanism's cells
+        self.results.derive["mechanism_fuzz"] = summary
+        wrong = summary["false_verdicts"]
+        self._check("numeric/mechanism-fuzzer", "", not wrong and not summary["failed_tasks"], time.perf_counter() - t0,
+                    {"mechanisms": summary["mechanisms"], "cells": summary["cells"], "false_verdicts": len(wrong),
+                     "verdicts": summary["verdicts"], "errors": summary["error_count"],
+                     "failed_tasks": summary["failed_tasks"], "seconds": summary["seconds"]},
+                    {"false_verdicts": 0}, kind="negative-control",
+                    detail="random user-style mechanisms: every cell against a float64 autograd oracle that imports "
+                           "nothing from derive/")
 
     # -- speed ------------------------------------------------------------------------------------------
     def benchmarks(self):

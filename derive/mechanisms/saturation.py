@@ -96,9 +96,9 @@ def _rows(m, k, rows=None):
     return out
 
 
-def _float_margin(row):
-    """lhs - rhs of the bound in float64 (nan when undefined)."""
-    memo = {}
+def _float_margin(row, memo=None):
+    """lhs - rhs of the bound in float64 (nan when undefined); memo: the point's float values so far."""
+    memo = {} if memo is None else memo
     g, w, b = ([graph.float_value(x, memo) for x in xs] for xs in row)
     values = g + w + b
     if not all(math.isfinite(x) for x in values):
@@ -242,8 +242,9 @@ def counterexample(mechanism: str, masked: bool, seed=0):
 def _try(mech, sizes, k, masked, values):
     seed = values.get("seed")
     m = _model(mech, sizes, masked, None if seed is not None else values, seed or 0)
+    memo = {}
     for r, row in enumerate(_rows(m, k)):
-        margin = _float_margin(row)
+        margin = _float_margin(row, memo)
         if margin > 0 or math.isnan(margin):
             certified = _certify(row)
             if certified is not None:
@@ -266,12 +267,13 @@ def replay(mechanism: str, witness: dict):
 
 
 # -- the cell ------------------------------------------------------------------------------------------------
-def _proof(advantage, step_cells, sign, masked):
-    """The assumptions C9's chain used, when it applies in this mask setting; else (None, why not)."""
+def _proof(advantage, step_cells, sign, masked, names):
+    """The assumptions C9's chain used, when it applies in this mask setting; else (None, why not). names: C9's
+    steps, each of which must be among step_cells and proved in this setting."""
     key = "masked" if masked else "unmasked"
     if advantage.get("settings", {}).get(key) != "proved":
         return None, f"the true gradient is not shown to be the advantage form ({advantage['verdict']})"
-    open_steps = [n for n, c in step_cells.items() if c.get("settings", {}).get(key) != "proved"]
+    open_steps = [n for n in names if step_cells.get(n, {}).get("settings", {}).get(key) != "proved"]
     if open_steps:
         return None, f"C9's step(s) {', '.join(open_steps)} not proved for these weights"
     if sign.sign is None:
@@ -280,18 +282,22 @@ def _proof(advantage, step_cells, sign, masked):
 
 
 def decide(mechanism: str, advantage: dict, run, seed=0):
-    """The saturation cell: {verdict, witness, reason, steps, settings, assumptions, seconds}; advantage is the
+    """The saturation cell: {verdict, witness, reason, steps, settings, assumptions, witnesses (per mask setting),
+    seconds}; advantage is the
     mechanism's `advantage` cell, run as questions.decide's."""
     import time
 
     from derive.mechanisms import questions, signs
 
     t0 = time.perf_counter()
-    step_cells = questions.decide(mechanism, run, which=steps(mechanism))
     sign = signs.weight_sign(mechanism)
+    names = list(steps(mechanism))
+    # C9's steps serve only its proof: decided where the proof could apply (advantage proved in some setting, a sign)
+    needed = sign.sign is not None and "proved" in advantage.get("settings", {}).values()
+    step_cells = questions.decide(mechanism, run, which=steps(mechanism)) if needed else {}
     per, assumptions = {}, []
     for masked in (False, True):
-        used, why = _proof(advantage, step_cells, sign, masked)
+        used, why = _proof(advantage, step_cells, sign, masked, names)
         witness = counterexample(mechanism, masked, seed)
         if used is not None and witness is not None:
             per[masked] = ("failed", witness, "inconsistent: C9's chain applies, yet a certified point violates the bound")
@@ -308,7 +314,8 @@ def decide(mechanism: str, advantage: dict, run, seed=0):
         reason = "the true gradient routes by advantage and C9's steps S1-S3 hold: C9's chain applies, assuming " + \
                  "; ".join(assumptions)
     return {"verdict": verdict, "witness": witness, "reason": reason, "assumptions": assumptions,
-            "steps": {n: c["verdict"] for n, c in step_cells.items()},
+            "witnesses": {("masked" if k else "unmasked"): w for k, (_, w, _) in per.items() if w is not None},
+            "steps": {n: step_cells[n]["verdict"] if n in step_cells else "not run (no proof to serve)" for n in names},
             "settings": {("masked" if k else "unmasked"): v for k, (v, _, _) in per.items()},
             "seconds": round(time.perf_counter() - t0, 4)}
 
