@@ -272,7 +272,7 @@ def _proof(advantage, step_cells, sign, masked, names):
     steps, each of which must be among step_cells and proved in this setting."""
     key = "masked" if masked else "unmasked"
     if advantage.get("settings", {}).get(key) != "proved":
-        return None, f"the true gradient is not shown to be the advantage form ({advantage['verdict']})"
+        return None, f"the true gradient is not shown to be the advantage form ({advantage.get('verdict', 'not decided')})"
     open_steps = [n for n in names if step_cells.get(n, {}).get("settings", {}).get(key) != "proved"]
     if open_steps:
         return None, f"C9's step(s) {', '.join(open_steps)} not proved for these weights"
