@@ -28,8 +28,10 @@ class GeneralBackend(AttentionModel):
     sizes = {dim: sp.Symbol(SIZE_NAMES[dim], integer=True, positive=True) for dim in DIMS}
     scalars = {"c": sp.Symbol("c", positive=True), "eta": sp.Symbol("eta", positive=True), "beta": sp.Symbol("beta", real=True)}
 
-    def __init__(self, setting, context=""):
+    def __init__(self, setting, context="", check=None):
+        """`check`: the proof path's time budget, called as the normal form works (`derive.sumform.Normaliser`)."""
         super().__init__(setting, context)
+        self.check = check
         self.index_dims = {}
         self._dummy = itertools.count()
         self._bases = {}
@@ -89,7 +91,7 @@ class GeneralBackend(AttentionModel):
         return Derivative(self.scalars[name] if name in self.scalars else self.entry(name, *ix))(sp.sympify(f))
 
     def normaliser(self):
-        return Normaliser(self.index_dims, self.sizes, self.setting.mask_algebra)
+        return Normaliser(self.index_dims, self.sizes, self.setting.mask_algebra, check=self.check)
 
     def check_free(self, expr, free, what):
         """Every index left free in `expr` must be one the claim declares."""
@@ -108,6 +110,7 @@ class GeneralBackend(AttentionModel):
         diff = sp.expand(norm.nf(lhs) - norm.nf(rhs))
         if diff == 0:
             return diff, diff
+        norm.check()
         return diff, sp.expand(sp.numer(sp.together(diff)))
 
     def size_polynomial(self, numerator):

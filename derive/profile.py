@@ -65,6 +65,10 @@ class DeriveSizes:
     # The fixed path's grid for the routing-mechanism table (derive.mechanisms.table); () = `grid`. The table's
     # cells are decided by the general path; the fixed path is its cross-check at these sizes.
     mechanism_grid: tuple = ()
+    # The budget of each proof attempt in the mechanism table (one path, one question, one mask setting). The
+    # built-ins decide theirs in well under a second on the general path; a user's mechanism whose normal form
+    # grows past it reads undecided on that path (ProofTimeout), so that no row takes minutes.
+    mechanism_budget_s: float = 4.0
 
     def __post_init__(self):
         for name in ("grid", "mutant_grid") + (("mechanism_grid",) if self.mechanism_grid else ()):
@@ -73,7 +77,7 @@ class DeriveSizes:
                     not isinstance(g, dict) or set(g) != {"n", "dk", "dv", "m", "dx"} for g in grid):
                 raise ValueError(f"DeriveSizes.{name} must be a non-empty tuple of sizes (n, dk, dv, m, dx), got {grid!r}")
         _check_ints(self, "points", "search_restarts")
-        _check_positive(self, "budget_s", "general_total_budget_s", "fixed_total_budget_s")
+        _check_positive(self, "budget_s", "general_total_budget_s", "fixed_total_budget_s", "mechanism_budget_s")
         if (not isinstance(self.scaling_base, tuple) or len(self.scaling_base) != 3
                 or any(not isinstance(v, int) or v < 1 for v in self.scaling_base)):
             raise ValueError(f"DeriveSizes.scaling_base must be (n, d, m) positive integers, got {self.scaling_base!r}")

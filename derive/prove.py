@@ -131,7 +131,7 @@ def _general_model(identity, masked, context, derived, closed):
     """Build both sides, at the loss linearised at o where that is exact, else at the full CE loss."""
     loss = "ce" if identity.loss == "ce" else "linear"
     while True:
-        m = GeneralBackend(identity.setting(loss, masked), context)
+        m = GeneralBackend(identity.setting(loss, masked), context, check=check_budget)
         ix = m.free_indices(identity.free)
         lhs, rhs = _sides(identity, m, ix, derived, closed)
         exact, why = m.linearisation_exact()

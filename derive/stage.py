@@ -57,7 +57,12 @@ class DeriveStage:
         """Every built-in routing mechanism x structural question on every path (derive.mechanisms.table)."""
         from derive.mechanisms import table
 
-        table.build(self.results, dict(self.options(), grid=list(self.profile.mechanism_grid or self.profile.grid)), self.log)
+        table.build(self.results, self.mechanism_options(), self.log)
+
+    def mechanism_options(self):
+        """The mechanism table's options: its own grid and its budget per proof attempt."""
+        p = self.profile
+        return dict(self.options(), grid=list(p.mechanism_grid or p.grid), budget_s=p.mechanism_budget_s)
 
     # -- the engine's own negative controls ---------------------------------------------------------
     def engine_mutants(self):

@@ -32,6 +32,9 @@ MASK = "M"  # the model's mask entries (derive.model.LEAVES)
 _MARK, _BLANK = sp.Symbol("_mark", integer=True), sp.Symbol("_blank", integer=True)  # for index roles
 
 
+CHECK_EVERY = 4096  # term products between two calls of a Normaliser's `check`
+
+
 class UnsupportedNode(TypeError):
     """A SymPy node the normal form does not handle (never silently passed through)."""
 
@@ -106,14 +109,22 @@ class Term:
 class Normaliser:
     """Turns index-notation expressions into canonical expressions over opaque atoms."""
 
-    def __init__(self, index_dims: dict, sizes: dict, mask_algebra: str = "boolean", max_terms: int = 200_000):
+    def __init__(self, index_dims: dict, sizes: dict, mask_algebra: str = "boolean", max_terms: int = 200_000,
+                 check=None):
+        """`check`: called for every term put into normal form, every CHECK_EVERY term products and every 64
+        renamings tried; it raises to abandon the computation (`derive.prove.check_budget`: the proof path's time
+        budget, which holds in any thread, where SIGALRM holds only in the main one). None: nothing is checked."""
         if mask_algebra not in MASK_ALGEBRAS:
             raise ValueError(f"unknown mask algebra {mask_algebra!r}; expected one of {MASK_ALGEBRAS}")
         self.dims = dict(index_dims)  # index symbol -> dim name
         self.size_dim = {size: dim for dim, size in sizes.items()}
         self.causal = mask_algebra == "causal"
         self.max_terms = max_terms
+        self.check = check or _unchecked
+        self._products = 0
         self._templates = {}
+        self._atoms = {}
+        self._free = {}
         self._forms = {}
         self._fresh = itertools.count()
 
@@ -146,6 +157,10 @@ class Normaliser:
     def _product(self, left, right):
         out = []
         for a in left:
+            self._products += len(right)
+            if self._products >= CHECK_EVERY:
+                self._products = 0
+                self.check()
             for b in right:
                 clash = set(a.dummies) & set(b.dummies)
                 out.append(a.times(b.renamed({d: self._fresh_like(d) for d in clash}) if clash else b))
@@ -168,7 +183,7 @@ class Normaliser:
                 raise UnsupportedNode(f"sums must run over a full range 1..size, got {k} in {lo}..{hi}")
             self.dims.setdefault(k, self.size_dim[hi])
             for t in out:
-                if any(k in b.free_symbols for b in t.factors):
+                if any(k in self._symbols(b) for b in t.factors):
                     t.dummies = t.dummies + (k,)
                 else:
                     t.coeff = t.coeff * hi
@@ -305,7 +320,7 @@ class Normaliser:
             if power >= 0 or not isinstance(base, SumAtom):
                 continue
             for group in self._fold_groups(term, base):
-                inside = [(f, p) for f, p in term.factors.items() if f.free_symbols & group]
+                inside = [(f, p) for f, p in term.factors.items() if self._symbols(f) & group]
                 if self._could_be(inside, group, base) and self._atom(inside, sorted(group, key=str)) == base:
                     return self._folded(term, base, dict(inside), group), True
         return term, False
@@ -322,7 +337,7 @@ class Normaliser:
 
     def _could_be(self, inside, group, base):
         """Cheap necessary conditions before the canonical comparison."""
-        free = {s for f, _ in inside for s in f.free_symbols if s in self.dims} - group
+        free = {s for f, _ in inside for s in self._symbols(f) if s in self.dims} - group
         return len(inside) == len(base.func._body) and free == set(base.args)
 
     @staticmethod
@@ -335,21 +350,31 @@ class Normaliser:
 
     # -- canonical atoms -------------------------------------------------------------------------
     def canonical(self, term):
+        self.check()
         term = self.simplify(term)
-        outside = [b**p for b, p in term.factors.items() if not (b.free_symbols & set(term.dummies))]
-        inside = [(b, p) for b, p in term.factors.items() if b.free_symbols & set(term.dummies)]
+        dummies = set(term.dummies)
+        outside = [b**p for b, p in term.factors.items() if not (self._symbols(b) & dummies)]
+        inside = [(b, p) for b, p in term.factors.items() if self._symbols(b) & dummies]
         atoms = [self._atom(comp, dums) for comp, dums in self._components(inside, term.dummies)]
-        orphan = [d for d in term.dummies if not any(d in b.free_symbols for b, _ in inside)]
+        orphan = [d for d in term.dummies if not any(d in self._symbols(b) for b, _ in inside)]
         scale = sp.Mul(*[self._size(d) for d in orphan])  # sum_j 1 = n
         return term.coeff * scale * sp.Mul(*outside) * sp.Mul(*atoms)
+
+    def _symbols(self, e):
+        """e.free_symbols, memoised (SymPy recomputes it for every Indexed, and the normal form asks often)."""
+        out = self._free.get(e)
+        if out is None:
+            out = self._free[e] = e.free_symbols
+        return out
 
     def _size(self, d):
         return next(size for size, dim in self.size_dim.items() if dim == self.dims[d])
 
     def _components(self, factors, dummies):
         groups = []  # list of (factor list, dummy set)
+        dummies = set(dummies)
         for b, p in factors:
-            ds = b.free_symbols & set(dummies)
+            ds = self._symbols(b) & dummies
             merged = [g for g in groups if g[1] & ds]
             rest = [g for g in groups if not (g[1] & ds)]
             facs = [(b, p)] + [f for g in merged for f in g[0]]
@@ -358,9 +383,19 @@ class Normaliser:
         return [(facs, sorted(dset, key=str)) for facs, dset in groups]
 
     def _atom(self, factors, dummies):
-        free = sorted({s for b, _ in factors for s in b.free_symbols if s in self.dims} - set(dummies), key=str)
+        """The component's canonical atom; memoised, since an expanded product repeats a component, under the same
+        dummy names, in many terms that differ only outside it."""
+        memo = (frozenset(factors), tuple(dummies))
+        if memo not in self._atoms:
+            self._atoms[memo] = self._canonical_atom(factors, dummies)
+        return self._atoms[memo]
+
+    def _canonical_atom(self, factors, dummies):
+        free = sorted({s for b, _ in factors for s in self._symbols(b) if s in self.dims} - set(dummies), key=str)
         best = None  # (key, mapping, every free order that attains it)
-        for mapping, order in self._renamings(*self._classes(factors, dummies, free)):
+        for tried, (mapping, order) in enumerate(self._renamings(*self._classes(factors, dummies, free))):
+            if tried % 64 == 63:
+                self.check()
             key = str(sp.Mul(*[b.xreplace(mapping) ** p for b, p in factors]))
             if best is None or key < best[0]:
                 best = (key, mapping, [order])
@@ -384,7 +419,7 @@ class Normaliser:
         if max(sizes, default=0) < 3:  # at most two renamings per range: cheaper to try them all
             return {}
         blank = {s: _BLANK for s in (*dummies, *free)}
-        return {s: tuple(sorted(str(b.xreplace({**blank, s: _MARK}) ** p) for b, p in factors if s in b.free_symbols))
+        return {s: tuple(sorted(str(b.xreplace({**blank, s: _MARK}) ** p) for b, p in factors if s in self._symbols(b)))
                 for s in (*dummies, *free)}
 
     def _renamings(self, dummies, free):
@@ -424,6 +459,10 @@ class Normaliser:
         if e not in self._forms:  # the model shares sub-expressions (each Z_i under many sums)
             self._forms[e] = sp.Add(*[self.canonical(t) for t in self.terms(e)])
         return self._forms[e]
+
+
+def _unchecked():
+    pass
 
 
 def _grouped(items, key):

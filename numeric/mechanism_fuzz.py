@@ -22,7 +22,7 @@ import time
 
 QUESTIONS = ("routing", "advantage", "competition", "content", "em_step", "saturation")
 CHUNK = 6  # mechanisms per campaign task
-OPTIONS = {"grid": [{"n": 3, "dk": 2, "dv": 2, "m": 2, "dx": 2}], "points": 2, "budget_s": 8}
+OPTIONS = {"grid": [{"n": 3, "dk": 2, "dv": 2, "m": 2, "dx": 2}], "points": 2, "budget_s": 4}  # the profiles' mechanism_budget_s
 ROWS_FORMAT = 1
 SETTINGS = ("unmasked", "masked")
 

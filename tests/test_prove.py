@@ -113,3 +113,37 @@ def test_budgets_nest_and_end_in_any_thread():
 
     with ThreadPoolExecutor(1) as pool:
         assert pool.submit(spend).result()
+
+
+@pytest.mark.parametrize("thread", ["main", "worker"])
+def test_the_general_path_keeps_its_budget_in_any_thread(thread):
+    """The sum normal form checks the budget as it works: a fuzzed mechanism whose EM-step normal form grows for
+    minutes (f = x^3 e^x of s + a_i, unnormalised) is undecided within about a second of its budget, also where
+    SIGALRM never arrives (in a Dask worker's thread it ran 390 s on an 8 s budget)."""
+    from concurrent.futures import ThreadPoolExecutor
+
+    from derive import mechanisms
+    from derive.fuzz.mechanisms import draw, render
+    from derive.mechanisms import questions
+
+    mechanisms.builtin()
+    mech = render(draw(0, 55))
+    mechanisms.REGISTRY[mech.name] = mech
+    try:
+        identity = questions.identities(mech.name)["em_step"]
+        options = {"grid": [{"n": 3, "dk": 2, "dv": 2, "m": 2, "dx": 2}], "points": 2, "seed": 0,
+                   "budget_s": SMALL_BUDGET_S}
+
+        def timed():
+            t0 = time.perf_counter()
+            return run_path("general", identity, False, mech.name, options), time.perf_counter() - t0
+
+        if thread == "main":
+            out, seconds = timed()
+        else:
+            with ThreadPoolExecutor(1) as pool:
+                out, seconds = pool.submit(timed).result()
+    finally:
+        del mechanisms.REGISTRY[mech.name]
+    assert out.status == "undecided" and "ProofTimeout" in out.reason, out.measured
+    assert seconds < SMALL_BUDGET_S + SLACK_S, f"{seconds:.2f} s on a {SMALL_BUDGET_S:g} s budget"
