@@ -35,3 +35,16 @@ def extra_claim_file(tmp_path):
     yield write
     for cid in set(registry.REGISTRY) - before:
         del registry.REGISTRY[cid]
+
+
+@pytest.fixture
+def loaded():
+    """derive.claimfile.load, with the built-in mechanisms loaded first; the mechanisms the test registers are
+    removed afterwards (what it adds is all that it removes)."""
+    from derive import claimfile, mechanisms
+
+    mechanisms.builtin()
+    before = set(mechanisms.REGISTRY)
+    yield claimfile.load
+    for name in set(mechanisms.REGISTRY) - before:
+        del mechanisms.REGISTRY[name]

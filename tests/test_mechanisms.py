@@ -134,16 +134,6 @@ def _product(rng, dims):
 EXAMPLE = Path(__file__).resolve().parents[1] / "docs" / "examples" / "attention_sink.py"
 
 
-@pytest.fixture
-def loaded():
-    from derive import claimfile
-    mechanisms.builtin()  # loaded first: what the test adds is all that it removes
-    before = set(mechanisms.REGISTRY)
-    yield claimfile.load
-    for name in set(mechanisms.REGISTRY) - before:
-        del mechanisms.REGISTRY[name]
-
-
 def test_a_claims_file_mechanism_gets_its_row(loaded):
     """The worked example (softmax with an attention sink): it routes by advantage (the sink's value is 0)
     but its keys do not compete (the sink absorbs part of the budget); its torch reference is its weight."""

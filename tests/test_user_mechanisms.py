@@ -131,16 +131,6 @@ register(Mechanism({name!r}, {name!r}, score, weight, routing=routing, reference
 """)
 
 
-@pytest.fixture
-def loaded():
-    from derive import claimfile
-    mechanisms.builtin()  # loaded first: what the test adds is all that it removes
-    before = set(mechanisms.REGISTRY)
-    yield claimfile.load
-    for name in set(mechanisms.REGISTRY) - before:
-        del mechanisms.REGISTRY[name]
-
-
 def _row(loaded, tmp_path, name, extra=None, register_as=None):
     from numeric.reference_check import check_reference
     text = source(name, extra)
