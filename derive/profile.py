@@ -69,6 +69,9 @@ class DeriveSizes:
     # built-ins decide theirs in well under a second on the general path; a user's mechanism whose normal form
     # grows past it reads undecided on that path (ProofTimeout), so that no row takes minutes.
     mechanism_budget_s: float = 4.0
+    # The fixed path's budget there: it cross-checks the general path at small sizes, smallest first, and reads
+    # `holds` at the sizes it checked in full within it (a difference it found is never dropped).
+    mechanism_fixed_budget_s: float = 1.5
 
     def __post_init__(self):
         for name in ("grid", "mutant_grid") + (("mechanism_grid",) if self.mechanism_grid else ()):
@@ -77,7 +80,8 @@ class DeriveSizes:
                     not isinstance(g, dict) or set(g) != {"n", "dk", "dv", "m", "dx"} for g in grid):
                 raise ValueError(f"DeriveSizes.{name} must be a non-empty tuple of sizes (n, dk, dv, m, dx), got {grid!r}")
         _check_ints(self, "points", "search_restarts")
-        _check_positive(self, "budget_s", "general_total_budget_s", "fixed_total_budget_s", "mechanism_budget_s")
+        _check_positive(self, "budget_s", "general_total_budget_s", "fixed_total_budget_s", "mechanism_budget_s",
+                        "mechanism_fixed_budget_s")
         if (not isinstance(self.scaling_base, tuple) or len(self.scaling_base) != 3
                 or any(not isinstance(v, int) or v < 1 for v in self.scaling_base)):
             raise ValueError(f"DeriveSizes.scaling_base must be (n, d, m) positive integers, got {self.scaling_base!r}")

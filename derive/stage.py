@@ -62,7 +62,8 @@ class DeriveStage:
     def mechanism_options(self):
         """The mechanism table's options: its own grid and its budget per proof attempt."""
         p = self.profile
-        return dict(self.options(), grid=list(p.mechanism_grid or p.grid), budget_s=p.mechanism_budget_s)
+        return dict(self.options(), grid=list(p.mechanism_grid or p.grid), budget_s=p.mechanism_budget_s,
+                    fixed_budget_s=p.mechanism_fixed_budget_s)
 
     # -- the engine's own negative controls ---------------------------------------------------------
     def engine_mutants(self):

@@ -22,7 +22,8 @@ import time
 
 QUESTIONS = ("routing", "advantage", "competition", "content", "em_step", "saturation")
 CHUNK = 6  # mechanisms per campaign task
-OPTIONS = {"grid": [{"n": 3, "dk": 2, "dv": 2, "m": 2, "dx": 2}], "points": 2, "budget_s": 4}  # the profiles' mechanism_budget_s
+# the table's budgets of the default profile (derive.profile: mechanism_budget_s, mechanism_fixed_budget_s)
+OPTIONS = {"grid": [{"n": 3, "dk": 2, "dv": 2, "m": 2, "dx": 2}], "points": 2, "budget_s": 4.0, "fixed_budget_s": 1.5}
 ROWS_FORMAT = 1
 SETTINGS = ("unmasked", "masked")
 

@@ -147,3 +147,50 @@ def test_the_general_path_keeps_its_budget_in_any_thread(thread):
         del mechanisms.REGISTRY[mech.name]
     assert out.status == "undecided" and "ProofTimeout" in out.reason, out.measured
     assert seconds < SMALL_BUDGET_S + SLACK_S, f"{seconds:.2f} s on a {SMALL_BUDGET_S:g} s budget"
+
+
+# -- the fixed path's partial result (the mechanism table's cross-check) -----------------------------------------
+def _fixed_with_timeout(monkeypatch, at, partial, identity=None, refute_times_out=False):
+    """prove.fixed on a two-size grid, the budget running out when the backend is built at grid size `at`."""
+    from derive import prove
+
+    grid = [{"n": 2, "dk": 2, "dv": 2, "m": 2, "dx": 2}, {"n": 3, "dk": 2, "dv": 2, "m": 2, "dx": 2}]
+    real = prove.RingBackend
+
+    def backend(setting, sizes, context, check=None):
+        if sizes == grid[at]:
+            raise prove.ProofTimeout("exceeded its time budget of 1 s")
+        return real(setting, sizes, context, check=check)
+
+    monkeypatch.setattr(prove, "RingBackend", backend)
+    if refute_times_out:
+        def refute(*args, **kwargs):
+            raise prove.ProofTimeout("exceeded its time budget of 1 s")
+        monkeypatch.setattr(prove, "_refute", refute)
+    if identity is None:
+        identity = next(p for c, p in identities() if c.id == "C1")
+    return prove.fixed(identity, False, "test", grid, partial=partial)
+
+
+def test_the_fixed_path_holds_at_the_sizes_it_completed_when_asked(monkeypatch):
+    from derive.prove import ProofTimeout
+
+    status, text, per_size, witness, scope = _fixed_with_timeout(monkeypatch, at=1, partial=True)
+    assert status == "holds" and "1 of 2 sizes" in text and scope and all(s["n"] == 2 for s in scope)
+    with pytest.raises(ProofTimeout):  # without `partial`, as before: the budget is the path's outcome
+        _fixed_with_timeout(monkeypatch, at=1, partial=False)
+    with pytest.raises(ProofTimeout):  # nothing completed: nothing to hold at
+        _fixed_with_timeout(monkeypatch, at=0, partial=True)
+
+
+def test_a_difference_found_is_never_turned_into_holds(monkeypatch):
+    """A mutant differs at the first size; its witness search running out of time must not read `holds`."""
+    from derive.prove import ProofTimeout
+
+    mutant = next(m for m in equality_mutants() if m.id == "M1-drop-baseline")
+    from derive import prove
+    real_sides = prove._sides
+    monkeypatch.setattr(prove, "_sides", lambda identity, model, ix, derived, closed:
+                        real_sides(identity, model, ix, mutant.derived, mutant.closed))
+    with pytest.raises(ProofTimeout):
+        _fixed_with_timeout(monkeypatch, at=1, partial=True, identity=part_of(mutant), refute_times_out=True)

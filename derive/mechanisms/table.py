@@ -13,11 +13,27 @@ GENERAL_BUDGET_S = 10.0  # the general-size proofs of every mechanism's table, t
 
 
 def _run(options):
+    """run(path, identity, masked, context, closed=None) -> Outcome, with the table's budgets: `budget_s` per
+    attempt; on the fixed path `fixed_budget_s` (when given), and `holds` at the sizes it checked in full when
+    that runs out (derive.prove.fixed's `partial`). A general-size attempt that ran out of time unmasked is not
+    tried again under the mask (a larger model of the same identity): it reads undecided at once, with why."""
+    timed_out = set()
+
     def run(path, identity, masked, context, closed=None):
+        key = (context, id(identity), id(closed))
+        if path == "general" and masked and key in timed_out:
+            reason = "ProofTimeout: not tried under the mask, the unmasked normal form exceeded the budget"
+            return Outcome("undecided", 0.0, f"undecided: {reason}", reason=reason)
+        opts = options
+        if path == "fixed":
+            opts = dict(options, partial_fixed=True, budget_s=options.get("fixed_budget_s", options.get("budget_s")))
         try:
-            return run_path(path, identity, masked, context, options, closed=closed)
+            out = run_path(path, identity, masked, context, opts, closed=closed)
         except ValueError as exc:  # an ill-formed mechanism or question: undecided, never a verdict
             return Outcome("undecided", 0.0, f"ill-formed: {exc}", reason=str(exc))
+        if path == "general" and not masked and out.status == "undecided" and "ProofTimeout" in out.reason:
+            timed_out.add(key)
+        return out
     return run
 
 
