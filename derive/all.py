@@ -1,7 +1,9 @@
 """`python -m derive.all`: run the pipeline's stages, write results.json, exit 0 iff all checks pass.
 
-    python -m derive.all [--quick] [--out DIR] [--device auto|cpu|cuda[:N]] [--only STAGE[,STAGE]]
-                         [--seed N] [--claims FILE]... [--claim ID[,ID]] [--threads N] [--extended]
+    python -m derive.all [--profile quick|default] [--quick] [--out DIR] [--device auto|cpu|cuda[:N]]
+                         [--only STAGE[,STAGE]] [--seed N] [--claims FILE]... [--claim ID[,ID]] [--threads N]
+                         [--extended]
+    agv run ...          the same, through the project's console command
 
 A run merges into an existing DIR/results.json: the checks of the stages it runs replace theirs, every
 other stage's checks are kept, and each analytic claim's verdict is recomputed from the merged checks.
@@ -23,7 +25,7 @@ import time
 import traceback
 from pathlib import Path
 
-from derive import claimfile, verdict
+from derive import claimfile, options, verdict
 from derive import claims as registry
 from derive import profile as profiles
 from derive.results import THREAD_ENV, Results, ResultsError, default_threads, environment
@@ -38,25 +40,23 @@ class UsageError(Exception):
     pass
 
 
-def _device(text):
-    if text in ("auto", "cpu", "cuda") or (text.startswith("cuda:") and text[5:].isdigit()):
-        return text
-    raise argparse.ArgumentTypeError(f"expected auto, cpu, cuda or cuda:N, got {text!r}")
-
-
-def parse_args(argv):
-    p = argparse.ArgumentParser(prog="python -m derive.all", description=__doc__.split("\n")[0])
-    p.add_argument("--quick", action="store_true", help="CPU-CI profile: small sizes, few points")
-    p.add_argument("--out", default="out", help="output directory (default: out)")
-    p.add_argument("--device", default="auto", type=_device, metavar="auto|cpu|cuda[:N]",
-                   help="torch device of the numeric and experiments stages (default auto: CUDA when torch sees one)")
-    p.add_argument("--only", default=",".join(STAGES), help=f"comma-separated stages among {','.join(STAGES)}")
-    p.add_argument("--seed", type=int, default=0, help="seed for every random choice (default 0)")
+def parse_args(argv, prog="python -m derive.all"):
+    p = options.parser(prog, __doc__, parents=[
+        options.profile(("quick", "default"), help="the sizes of every stage (quick: the CPU-CI profile, about a "
+                                                   "minute on 2 cores; default: about 12 minutes)"),
+        options.out_dir(help="directory of results.json, the report and the experiments' cache"),
+        options.device(help="torch device of the numeric and experiments stages (auto: CUDA when torch sees one)"),
+        options.seed()],
+        epilog="exit status: 0 every check passed and every claim reached its verdict; 1 a check failed, a claim "
+               "was disproved or left undecided, or the results are inconsistent; 2 bad usage")
+    p.add_argument("--only", default=",".join(STAGES), metavar="STAGE[,STAGE]",
+                   help=f"the stages to run, among {','.join(STAGES)}")
     p.add_argument("--claims", action="append", default=[], metavar="FILE",
                    help="extra claim file (Python calling derive.claims.register); repeatable")
     p.add_argument("--traceback", action="store_true",
                    help="with an error in a --claims file, print the Python traceback of the user's code too")
-    p.add_argument("--claim", default="", help="restrict the derive stage to these claim ids (comma-separated)")
+    p.add_argument("--claim", default="", metavar="ID[,ID]",
+                   help="restrict the derive stage to these claim ids (default: all)")
     p.add_argument("--threads", type=_positive_int, default=None, metavar="N",
                    help="torch threads for the experiments stage (default: OMP_NUM_THREADS or MKL_NUM_THREADS when "
                         "set, else min(2, CPU count)); the numeric stage's benchmarks stay pinned to 1")
@@ -70,8 +70,6 @@ def parse_args(argv):
     unknown = [s for s in args.stages if s not in STAGES]
     if unknown or not args.stages:
         p.error(f"--only: unknown stage(s) {', '.join(unknown) or '(none given)'}; choose from {', '.join(STAGES)}")
-    if args.seed < 0:
-        p.error("--seed must be non-negative")
     return args
 
 
@@ -301,11 +299,57 @@ def selected_claims(only_claims):
     return [c for c in registry.claims() if not only_claims or c.id in only_claims]
 
 
-def summary(results, shown, ran=None):
-    lines = ["", f"{'claim':6} {'verdict':18} evidence"]
-    for c in results.to_json()["claims"]:
-        if c["id"] in shown:
-            lines.append(f"{c['id']:6} {c['verdict']:18} {c['evidence']}")
+FAMILIES = {"C": "the paper's analytic claims", "H": "heads and biases (ours)"}
+ANALYTIC_COLUMNS = ("proved", "holds", "disproved", "undecided", "failed", "not-run")
+EXIT_CODES = {0: "every check passed and every analytic claim reached its verdict",
+              1: "a check failed, an analytic claim was disproved or left undecided, or the results are inconsistent",
+              2: "bad usage"}
+
+
+def _family(cid):
+    letters = cid[: len(cid) - len(cid.lstrip("ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz"))] or cid
+    return letters
+
+
+def _short(text, width):
+    text = " ".join(str(text).split())
+    return text if len(text) <= width else text[: width - 3] + "..."
+
+
+def summary(results, shown, ran=None, report=None, status=None):
+    """The verdict at the end of a run: analytic claims per family and one by one, the empirical claims' measured
+    numbers beside the paper's, the mechanisms table's cells, the stages, every failure by name, the report's path
+    and what the exit status means."""
+    from numeric.experiments import registry as empirical
+
+    claims = [c for c in results.to_json()["claims"] if c["id"] in shown]
+    analytic = [c for c in claims if c["id"] not in empirical.REGISTRY]
+    lines = ["", "== verdict"]
+    if analytic:
+        families = {}
+        for c in analytic:
+            families.setdefault(_family(c["id"]), []).append(c["verdict"])
+        lines.append(f"{'analytic claims':42}" + "".join(f"{v:>10}" for v in ANALYTIC_COLUMNS))
+        for fam, verdicts in families.items():
+            label = f"  {fam}: {FAMILIES.get(fam, 'claims ' + fam + '...')} ({len(verdicts)})"
+            lines.append(f"{label:42}" + "".join(f"{verdicts.count(v):>10}" for v in ANALYTIC_COLUMNS))
+        lines.append("")
+        lines.append(f"{'claim':6} {'verdict':18} evidence")
+        for c in analytic:
+            lines.append(f"{c['id']:6} {c['verdict']:18} {_short(c['evidence'], 110)}")
+    shown_empirical = [c for c in claims if c["id"] in empirical.REGISTRY]
+    if shown_empirical:
+        lines += ["", f"{'claim':6} {'verdict':18} {'measured':66} the paper's"]
+        for c in shown_empirical:
+            entry = empirical.REGISTRY[c["id"]]
+            measured = entry.headline_of(c.get("measured")) or _short(c["evidence"], 66)
+            lines.append(f"{c['id']:6} {c['verdict']:18} {_short(measured, 66):66} {entry.paper or '(ours)'}")
+    table = (results.derive.get("mechanisms") or {}).get("table") or {}
+    if table:
+        cells = [q.get("verdict", "?") for row in table.values() for q in row.get("questions", {}).values()]
+        counts = {v: cells.count(v) for v in dict.fromkeys(sorted(cells))}
+        lines += ["", f"mechanisms table: {len(table)} mechanisms, {len(cells)} cells: "
+                  + ", ".join(f"{n} {v}" for v, n in counts.items())]
     lines.append("")
     for stage, info in results.stages.items():
         kept = "  (kept from the previous run)" if ran is not None and stage not in ran else ""
@@ -316,6 +360,10 @@ def summary(results, shown, ran=None):
         lines.append(f"FAILED {c.id} (claim {c.claim or '-'}): {c.measured}")
     for x in results.inconsistencies():
         lines.append(f"INTERNAL INCONSISTENCY in claim {x['claim']}, {x['part']} ({x['setting']}): {verdict.describe_clash(x)}")
+    if report is not None:
+        lines.append(f"report: {report}")
+    if status is not None:
+        lines.append(f"exit status {status}: {EXIT_CODES[status]}")
     return "\n".join(lines)
 
 
@@ -348,13 +396,14 @@ def report_only(args, previous, only_claims):
         print(f"  {s.upper():4} report/{name:8} {seconds:6.2f}s  {msg}")
     claims = selected_claims(only_claims)
     shown = {c.id for c in claims if c.id in previous.claims} | empirical_shown(previous)
-    print(summary(previous, shown, ran=["report"]))
-    print(f"rendered from {out / 'results.json'} (left unchanged)")
     failed = any(s == "fail" for s, _, _ in status.values())
-    return 1 if failed else exit_status(previous, claims)
+    code = 1 if failed else exit_status(previous, claims)
+    print(summary(previous, shown, ran=["report"], report=out / "report.html", status=code))
+    print(f"rendered from {out / 'results.json'} (left unchanged)")
+    return code
 
 
-def main(argv=None):
+def main(argv=None, prog="python -m derive.all"):
     """SIGTERM ends a run as an exception would (exit status 143): a save in progress removes its temporary."""
     def terminate(signum, frame):
         raise SystemExit(128 + signum)
@@ -364,14 +413,14 @@ def main(argv=None):
     except ValueError:  # not the main thread: leave signals alone
         previous = None
     try:
-        return _main(argv)
+        return _main(argv, prog)
     finally:
         if previous is not None:
             signal.signal(signal.SIGTERM, previous)
 
 
-def _main(argv):
-    args = parse_args(sys.argv[1:] if argv is None else argv)
+def _main(argv, prog):
+    args = parse_args(sys.argv[1:] if argv is None else argv, prog)
     if hasattr(sys.stdout, "reconfigure"):  # progress lines reach a log file as they are printed
         sys.stdout.reconfigure(line_buffering=True)
     try:
@@ -385,7 +434,7 @@ def _main(argv):
         return 2
     if args.stages == ["report"]:
         return report_only(args, previous, only_claims)
-    profile = profiles.QUICK if args.quick else profiles.DEFAULT
+    profile = profiles.get(args.profile)
     fresh = Results(environment(profile.name, device, args.seed, threads), catalogue=claim_catalogue())
     fresh.environment["device_reason"] = device_reason
     if set(args.stages) & {"numeric", "experiments"}:
@@ -414,9 +463,12 @@ def _main(argv):
     if "report" in results.stages and "report" in ran:
         print(f"wrote {Path(args.out) / 'report.html'}, report.tex" + (", report.pdf" if (Path(args.out) / "report.pdf").exists() else ""))
     shown = {c.id for c in claims if c.id in results.claims} | empirical_shown(results)
-    print(summary(results, shown, ran=ran if previous is not None else None))
+    code = exit_status(results, claims)
+    report = Path(args.out) / "report.html"
+    print(summary(results, shown, ran=ran if previous is not None else None,
+                  report=report if report.exists() and "report" in results.stages else None, status=code))
     print(f"wrote {path}")
-    return exit_status(results, claims)
+    return code
 
 
 if __name__ == "__main__":

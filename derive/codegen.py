@@ -20,7 +20,6 @@ registered at run time by `numeric.mechanisms.generated_module`). The codegen st
 """
 from __future__ import annotations
 
-import argparse
 import json
 import sys
 from pathlib import Path
@@ -661,13 +660,15 @@ def run_stage(results, log=print):
     log(f"  {'PASS' if fresh else 'FAIL'} codegen/fresh  {functions} functions  {time.perf_counter() - t0:.3f}s")
 
 
-def main(argv=None):
-    p = argparse.ArgumentParser(prog="python -m derive.codegen",
-                                description="emit numeric/generated/attention.py and numeric/generated/mechanisms.py")
+def main(argv=None, prog="python -m derive.codegen"):
+    from derive import options
+
+    p = options.parser(prog, "emit numeric/generated/attention.py and numeric/generated/mechanisms.py (default: print "
+                             "attention.py)")
     g = p.add_mutually_exclusive_group()
     g.add_argument("--write", action="store_true", help="write the generated files")
     g.add_argument("--check", action="store_true", help="exit 1 when a committed file is stale")
-    p.add_argument("--mechanisms", action="store_true", help="print the mechanisms' module (default: attention.py)")
+    p.add_argument("--mechanisms", action="store_true", help="print the mechanisms' module instead of attention.py")
     args = p.parse_args(argv)
     if args.write:
         GENERATED.parent.mkdir(parents=True, exist_ok=True)

@@ -13,6 +13,7 @@ kind of unsound (or incomplete) code.
 """
 from __future__ import annotations
 
+import json
 import sys
 import time
 from contextlib import contextmanager
@@ -308,8 +309,18 @@ def kill_matrix(log=print) -> dict:
     return {"planted": len(rows), "killed": killed, "kill_rate": killed / len(rows), "faults": rows}
 
 
-def main():
+def main(argv=None, prog="python -m derive.engine_faults"):
+    from derive import options
+
+    p = options.parser(prog, "plant each fault of the proof engine and check that the verifier's probes notice it; "
+                             "exit 0 iff every planted fault is killed",
+                       parents=[options.json_file("write the kill matrix (every fault, killed or not, and by what)")],
+                       epilog=f"{len(FAULTS)} planted faults")
+    args = p.parse_args(sys.argv[1:] if argv is None else argv)
     matrix = kill_matrix()
+    if args.json:
+        with open(args.json, "w") as fh:
+            json.dump(matrix, fh, indent=1)
     print(f"{matrix['killed']}/{matrix['planted']} planted faults killed")
     return 0 if matrix["killed"] == matrix["planted"] else 1
 

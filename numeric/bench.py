@@ -225,14 +225,14 @@ def as_benchmarks(rows):
     return out
 
 
-def main(argv=None):
-    p = argparse.ArgumentParser(prog="python -m numeric.bench", description=__doc__.split("\n")[0])
-    p.add_argument("--quick", action="store_true")
-    p.add_argument("--profile", choices=tuple(SIZES), help="sizes to time (default: quick with --quick, else default; "
-                                                           "gpu: larger n and batch, CUDA events, 5 warm-ups)")
-    p.add_argument("--device", default="cpu", choices=("cpu", "cuda"))
-    p.add_argument("--threads", type=int, default=1)
-    p.add_argument("--json", help="also write the rows to this file")
+def main(argv=None, prog="python -m numeric.bench"):
+    from derive import options
+
+    p = options.parser(prog, __doc__, parents=[
+        options.profile(tuple(SIZES), help="sizes to time (gpu: larger n and batch, CUDA events, 5 warm-ups)"),
+        options.device(default="cpu", help="torch device to time on (auto: CUDA when torch sees one)"),
+        options.json_file("also write the rows to this file")])
+    p.add_argument("--threads", type=options.positive_int, default=1, metavar="N", help="torch threads, pinned")
     p.add_argument("--peak-memory", type=int, metavar="N", help=argparse.SUPPRESS)  # child process of measure_memory
     p.add_argument("--causal", action="store_true", help=argparse.SUPPRESS)
     p.add_argument("--batch", type=int, default=8, help=argparse.SUPPRESS)
@@ -243,11 +243,13 @@ def main(argv=None):
         peaks, method = _peaks(args.peak_memory, args.causal, args.device, args.batch, args.d)
         print(json.dumps({"peak_mb": peaks, "method": method}))
         return 0
-    if args.device == "cuda" and not torch.cuda.is_available():
-        p.error("--device cuda: CUDA is not available")
-    if args.threads < 1:
-        p.error("--threads must be >= 1")
-    rows = run(args.profile or ("quick" if args.quick else "default"), args.device, args.threads)
+    from numeric import device as devices
+
+    try:
+        device, _ = devices.resolve(args.device)
+    except (RuntimeError, ValueError) as exc:
+        p.error(f"--device {args.device}: {exc}")
+    rows = run(args.profile, device, args.threads)
     if args.json:
         with open(args.json, "w") as fh:
             json.dump([asdict(r) for r in rows], fh, indent=1)

@@ -238,26 +238,6 @@ def _write(cache, task, result):
     atomic_write(cache / f"{task.key}.json", lambda fh: json.dump({"name": task.name, "result": result}, fh))
 
 
-def add_arguments(parser):
-    """--scheduler and --workers, as every campaign command takes them."""
-    parser.add_argument("--scheduler", default=None, metavar="ADDRESS",
-                        help="a running Dask scheduler (tcp://host:8786); default: a local cluster started here")
-    parser.add_argument("--workers", type=_workers, default=None, metavar="N",
-                        help="workers of the local cluster (default: one per CPU; 0: run the tasks in this process, "
-                             "without Dask; ignored with --scheduler)")
-
-
-def _workers(text):
-    """--workers: a non-negative integer (0: in this process)."""
-    import argparse
-
-    try:
-        n = int(text)
-    except ValueError:
-        n = -1
-    if n < 0:
-        raise argparse.ArgumentTypeError(f"must be a non-negative integer (0: in this process), got {text!r}")
-    return n
 
 
 def refused(prog, exc):

@@ -1,4 +1,4 @@
-"""Small pure tasks for checking a campaign's machinery (tests, `python -m numeric.campaign --check`):
+"""Small pure tasks for checking a campaign's machinery (tests/test_campaign.py):
 module-level, so a Dask worker in another process imports them by name."""
 from __future__ import annotations
 

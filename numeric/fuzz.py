@@ -325,20 +325,22 @@ def _pct(x):
     return "n/a" if x is None else f"{100 * x:.1f}%"
 
 
-def main(argv=None):
+def main(argv=None, prog="python -m numeric.fuzz"):
+    from derive import options
     from numeric import campaign
 
-    ap = argparse.ArgumentParser(prog="python -m numeric.fuzz", description=__doc__.splitlines()[0])
-    ap.add_argument("--n", type=int, default=2000, help="number of claims (default 2000)")
-    ap.add_argument("--seed", type=int, default=0)
-    ap.add_argument("--paths", default=",".join(PATHS), help="comma-separated subset of " + ",".join(PATHS))
-    ap.add_argument("--out", help="write the summary (and every claim's outcomes) as JSON here")
-    ap.add_argument("--budget", type=float, default=BUDGET_S, help=f"seconds per path per claim (default {BUDGET_S:g}; over it: undecided)")
-    ap.add_argument("--chunk", type=int, default=CHUNK, help=f"claims per Dask task (default {CHUNK})")
+    ap = options.parser(prog, __doc__, parents=[
+        options.seed(), options.json_file("write the summary (and every claim's outcomes) as JSON here", old=["--out"]),
+        options.campaign()])
+    ap.add_argument("--n", type=int, default=2000, metavar="N", help="number of claims")
+    ap.add_argument("--paths", default=",".join(PATHS), metavar="PATH[,PATH]",
+                    help="comma-separated subset of " + ",".join(PATHS))
+    ap.add_argument("--budget", type=float, default=BUDGET_S, metavar="S",
+                    help="seconds per path per claim; over it: undecided")
+    ap.add_argument("--chunk", type=int, default=CHUNK, metavar="N", help="claims per Dask task")
     ap.add_argument("--cache", default=None, metavar="DIR",
                     help="keep each finished task's rows here: an interrupted campaign resumes from them")
-    campaign.add_arguments(ap)
-    ap.add_argument("--jobs", type=campaign._workers, dest="workers", help=argparse.SUPPRESS)  # --workers' older name
+    ap.add_argument("--jobs", type=options.workers_type, dest="workers", help=argparse.SUPPRESS)  # --workers' older name
     args = ap.parse_args(argv)
     paths = [p for p in args.paths.split(",") if p]
     if args.n < 1 or args.chunk < 1 or any(p not in PATHS for p in paths) or not paths:
@@ -351,8 +353,8 @@ def main(argv=None):
     except campaign.CampaignError as exc:
         return campaign.refused(ap.prog, exc)
     report(summary)
-    if args.out:
-        with open(args.out, "w") as fh:
+    if args.json:
+        with open(args.json, "w") as fh:
             json.dump(summary, fh, indent=1)
     return 1 if summary["false_verdicts"] or summary["failed_tasks"] else 0
 

@@ -18,7 +18,6 @@ check fails.
 """
 from __future__ import annotations
 
-import argparse
 import dataclasses
 import json
 import math
@@ -152,10 +151,12 @@ def paper_experiment(device, small):
                        "goal_seconds_on_one_gpu": 10.0 if not small else None}
 
 
-def main(argv=None):
-    ap = argparse.ArgumentParser(prog="python -m numeric.gpu_check", description=__doc__.split("\n")[0])
-    ap.add_argument("--device", default="auto", help="cuda, cuda:N, cpu or auto (default: cuda when available)")
-    ap.add_argument("--out", default="gpu_check", help="directory for everything the check writes")
+def main(argv=None, prog="python -m numeric.gpu_check"):
+    from derive import options
+
+    ap = options.parser(prog, __doc__, parents=[
+        options.device(help="the device to validate (auto: CUDA when torch sees one; on CPU, small sizes)"),
+        options.out_dir(default="gpu_check", help="directory for everything the check writes (gpu_check.json in it)")])
     args = ap.parse_args(argv)
     try:
         device, reason = devices.resolve(args.device)

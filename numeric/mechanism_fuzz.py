@@ -15,7 +15,6 @@ runs N mechanisms as a Dask campaign (numeric.campaign) and exits 1 on a false v
 """
 from __future__ import annotations
 
-import argparse
 import json
 import sys
 import time
@@ -165,15 +164,15 @@ def run(n=170, seed=0, workers=None, log=print, scheduler=None, cache_dir=None, 
     return summary
 
 
-def main(argv=None):
+def main(argv=None, prog="python -m numeric.mechanism_fuzz"):
+    from derive import options
     from numeric import campaign
 
-    p = argparse.ArgumentParser(prog="python -m numeric.mechanism_fuzz", description=__doc__.split("\n")[0])
-    p.add_argument("--n", type=int, default=170, help="mechanisms to draw (default 170: 1,020 cells)")
-    p.add_argument("--seed", type=int, default=0)
-    p.add_argument("--out", default=None, help="write the summary with every mechanism's cells as JSON")
+    p = options.parser(prog, __doc__, parents=[
+        options.seed(), options.json_file("write the summary with every mechanism's cells as JSON", old=["--out"]),
+        options.campaign()])
+    p.add_argument("--n", type=int, default=170, metavar="N", help="mechanisms to draw (6 cells each)")
     p.add_argument("--cache", default=None, metavar="DIR", help="cache each task's rows here: an interrupted run resumes")
-    campaign.add_arguments(p)
     args = p.parse_args(argv)
     if args.n < 1:
         p.error("--n must be positive")
@@ -181,8 +180,8 @@ def main(argv=None):
         summary = run(args.n, args.seed, workers=args.workers, scheduler=args.scheduler, cache_dir=args.cache)
     except campaign.CampaignError as exc:
         return campaign.refused(p.prog, exc)
-    if args.out:
-        with open(args.out, "w") as fh:
+    if args.json:
+        with open(args.json, "w") as fh:
             json.dump(summary, fh, indent=1)
     rows = summary.pop("rows")
     print(json.dumps({k: v for k, v in summary.items() if k != "false_verdicts"}, indent=1))

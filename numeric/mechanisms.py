@@ -31,7 +31,6 @@ n = OPTIONS_BENCH_SIZES tokens with d = 64 and E = BENCH_EXPERTS experts) and pr
 """
 from __future__ import annotations
 
-import argparse
 import inspect
 import json
 import math
@@ -493,15 +492,20 @@ def run_checks(module, seed=0, device="cpu"):
     return out
 
 
-def main(argv=None):
-    p = argparse.ArgumentParser(prog="python -m numeric.mechanisms", description=__doc__.split("\n")[0])
-    p.add_argument("--quick", action="store_true")
-    p.add_argument("--profile", choices=tuple(BENCH_SIZES))
-    p.add_argument("--device", default="cpu")
-    p.add_argument("--seed", type=int, default=0)
+def main(argv=None, prog="python -m numeric.mechanisms"):
+    from derive import options
+    from numeric import device as devices
+
+    p = options.parser(prog, __doc__, parents=[
+        options.profile(tuple(BENCH_SIZES), help="benchmark sizes"),
+        options.device(default="cpu", help="torch device (auto: CUDA when torch sees one)"), options.seed(),
+        options.json_file("write the checks and benchmark rows to this file")])
     p.add_argument("--no-bench", action="store_true", help="the checks only")
-    p.add_argument("--json", help="write the checks and benchmark rows to this file")
     args = p.parse_args(argv)
+    try:
+        args.device, _ = devices.resolve(args.device)
+    except (RuntimeError, ValueError) as exc:
+        p.error(f"--device: {exc}")
     torch.set_num_threads(1)
     module = generated_module()
     checks = []
@@ -509,7 +513,7 @@ def main(argv=None):
         checks.append({"id": c["id"], "status": "pass" if c["ok"] else "fail", "measured": c["measured"],
                        "expected": c["expected"]})
         print(f"  {'PASS' if c['ok'] else 'FAIL'} {c['id']:56} {c['seconds']:7.3f}s  {c['note']}")
-    rows = [] if args.no_bench else benchmark(module, args.profile or ("quick" if args.quick else "default"), args.device)
+    rows = [] if args.no_bench else benchmark(module, args.profile, args.device)
     if args.json:
         with open(args.json, "w") as fh:
             json.dump({"checks": checks, "benchmarks": rows}, fh, indent=1)

@@ -180,14 +180,16 @@ def _peak_rss(setup, on, every, steps=20):
         return next(int(line.split()[1]) for line in f if line.startswith("VmHWM:")) / 1024
 
 
-def main(argv=None):
+def main(argv=None, prog="python -m numeric.watch_bench"):
     import argparse
 
-    ap = argparse.ArgumentParser(prog="python -m numeric.watch_bench", description=__doc__.split("\n")[0])
-    ap.add_argument("--setup", choices=sorted(SETUPS), default="demo", help="the model and training step (default demo)")
-    ap.add_argument("--every", type=int, default=10, help="record every K-th step (default 10)")
-    ap.add_argument("--repeats", type=int, default=15, help="timed blocks per side, at least (default 15)")
-    ap.add_argument("--min-seconds", type=float, default=10.0, help="time at least this long (default 10 s)")
+    from derive import options
+
+    ap = options.parser(prog, __doc__)
+    ap.add_argument("--setup", choices=sorted(SETUPS), default="demo", help="the model and training step")
+    ap.add_argument("--every", type=int, default=10, metavar="K", help="record every K-th step")
+    ap.add_argument("--repeats", type=int, default=15, metavar="N", help="timed blocks per side, at least")
+    ap.add_argument("--min-seconds", type=float, default=10.0, metavar="S", help="time at least this many seconds")
     ap.add_argument("--unrecorded", action="store_true",
                     help="time unrecorded watched steps against plain ones instead (one model, 40 pairs of blocks)")
     ap.add_argument("--rss", nargs=3, metavar=("SETUP", "ON", "EVERY"), help=argparse.SUPPRESS)

@@ -7,7 +7,6 @@ fonts inlined, figures as inline SVG, nothing fetched); LaTeX uses PDF figures a
 latexmk or pdflatex when one is on PATH."""
 from __future__ import annotations
 
-import argparse
 import re
 import shutil
 import subprocess
@@ -728,13 +727,16 @@ def load_results(out_dir):
     return read_json(path)
 
 
-def main(argv=None):
+def main(argv=None, prog="python -m reports.render"):
+    from derive import options
     from derive.results import ResultsError
 
-    p = argparse.ArgumentParser(prog="python -m reports.render", description="render DIR/results.json into a report")
-    p.add_argument("out_dir", help="directory holding results.json")
+    p = options.parser(prog, "render DIR/results.json into DIR/report.html, report.tex and report.pdf",
+                       parents=[options.out_dir(help="directory holding results.json; the report is written beside it")])
+    p.add_argument("out_dir", nargs="?", default=None, metavar="DIR", help="the same as --out DIR")
     p.add_argument("--no-pdf", action="store_true", help="skip the LaTeX compile")
     args = p.parse_args(argv)
+    args.out_dir = args.out_dir or args.out
     try:
         status = render(args.out_dir, pdf=not args.no_pdf)
     except (FileNotFoundError, ResultsError) as exc:

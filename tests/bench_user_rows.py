@@ -4,15 +4,20 @@ one row at a time with the derive stage's mechanism options; prints each row's s
 
     python tests/bench_user_rows.py [--quick] [DIR]        (DIR: where the files are written; default a temp dir)
 """
-import json, pathlib, sys, tempfile, time
+import json
+import pathlib
+import sys
+import tempfile
+import time
+
 sys.path.insert(0, str(pathlib.Path(__file__).resolve().parents[1]))
-from tests.test_user_mechanisms import source, FILES
-from derive import mechanisms, claimfile
+from derive import claimfile, mechanisms
 from derive.mechanisms import table
-from derive.results import Results
 from derive.profile import DEFAULT, QUICK
+from derive.results import Results
 from derive.stage import DeriveStage
 from numeric.reference_check import check_reference
+from tests.test_user_mechanisms import FILES, source
 
 prof = QUICK if "--quick" in sys.argv else DEFAULT
 args = [a for a in sys.argv[1:] if not a.startswith("--")]

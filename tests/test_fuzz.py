@@ -43,7 +43,7 @@ def test_quick_run_has_no_false_verdict():
 
 def test_cli_writes_json_and_exit_status(tmp_path):
     out = tmp_path / "fuzz.json"
-    assert runner.main(["--n", "2", "--workers", "0", "--paths", "general", "--out", str(out)]) == 0
+    assert runner.main(["--n", "2", "--workers", "0", "--paths", "general", "--json", str(out)]) == 0
     written = json.loads(out.read_text())
     assert written["claims"] == 2 and list(written["paths"]) == ["general"]
 

@@ -1,7 +1,6 @@
 """Routing mechanisms as values (derive.mechanisms): the model interprets any of them on every path, the
 structural questions are decided at general size, witnesses re-check, and every mutant is rejected."""
 
-import math
 from fractions import Fraction
 from pathlib import Path
 

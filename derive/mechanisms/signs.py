@@ -118,9 +118,9 @@ class SignAnalysis:
 
 def weight_sign(mechanism_name: str, masked=True) -> Sign:
     """The sign of the mechanism's weight w_ij at general size, at the scores level (logits free)."""
+    from derive import mechanisms
     from derive.general import GeneralBackend
     from derive.model import Setting
-    from derive import mechanisms
 
     mech = mechanisms.get(mechanism_name)
     m = GeneralBackend(Setting("scores", "linear", masked, mechanism=mechanism_name), f"mechanism {mechanism_name} / sign")

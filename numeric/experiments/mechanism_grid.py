@@ -25,7 +25,6 @@ per mechanism and the wall time; --overhead N times N round trips of a trivial t
 """
 from __future__ import annotations
 
-import argparse
 import dataclasses
 import hashlib
 import json
@@ -402,22 +401,21 @@ def table(summary, rule_measured=None):
     return "\n".join(lines)
 
 
-def main(argv=None):
+def main(argv=None, prog="python -m numeric.experiments.mechanism_grid"):
+    from derive import options
     from derive import profile as profiles
     from numeric import campaign
     from numeric.experiments import rules
 
-    parser = argparse.ArgumentParser(prog="python -m numeric.experiments.mechanism_grid", description=__doc__.split("\n")[0])
-    which = parser.add_mutually_exclusive_group()
-    which.add_argument("--quick", action="store_true", help="the quick profile's tiny grid")
-    which.add_argument("--extended", action="store_true", help="the full grid (5 seeds, 1000 steps)")
-    parser.add_argument("--out", default=None, help="cache the tasks under OUT/cache/mechanism-grid (default: no cache)")
+    parser = options.parser(prog, __doc__, parents=[
+        options.profile(("quick", "default", "extended"), extended=True,
+                        help="quick: the quick profile's tiny grid; extended: the full grid (5 seeds, 1000 steps)"),
+        options.out_dir(default=None, help="cache the tasks under DIR/cache/mechanism-grid (default: no cache)"),
+        options.json_file("write the summary, the rule and the timings here"), options.campaign()])
     parser.add_argument("--overhead", type=int, default=0, metavar="N", help="also time N trivial round trips")
-    parser.add_argument("--json", default=None, help="write the summary, the rule and the timings here")
-    campaign.add_arguments(parser)
     args = parser.parse_args(argv)
-    sizes = profiles.get("quick" if args.quick else "default").experiments
-    cfg = from_sizes(sizes.mechanism_grid_extended if args.extended else sizes.mechanism_grid)
+    sizes = profiles.get("quick" if args.profile == "quick" else "default").experiments
+    cfg = from_sizes(sizes.mechanism_grid_extended if args.profile == "extended" else sizes.mechanism_grid)
     cache = f"{args.out}/cache/{LABEL}" if args.out else None
     t0 = time.perf_counter()
     try:

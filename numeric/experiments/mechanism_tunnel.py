@@ -17,7 +17,6 @@ DIR/cache/mechanism-tunnel/.
 """
 from __future__ import annotations
 
-import argparse
 import dataclasses
 import hashlib
 import math
@@ -207,21 +206,20 @@ def table(summary):
     return "\n".join(lines)
 
 
-def main(argv=None):
+def main(argv=None, prog="python -m numeric.experiments.mechanism_tunnel"):
+    from derive import options
     from derive import profile as profiles
     from numeric import campaign
 
-    parser = argparse.ArgumentParser(prog="python -m numeric.experiments.mechanism_tunnel",
-                                     description=__doc__.split("\n")[0])
-    which = parser.add_mutually_exclusive_group()
-    which.add_argument("--quick", action="store_true", help="the quick profile's sizes")
-    which.add_argument("--extended", action="store_true", help="E5's own steps and batch (default: the default "
-                                                                "profile's reduced tunnel)")
-    parser.add_argument("--out", default=None, help="cache the tasks under OUT/cache/mechanism-tunnel")
-    campaign.add_arguments(parser)
+    parser = options.parser(prog, __doc__, parents=[
+        options.profile(("quick", "default", "extended"), extended=True,
+                        help="quick: the quick profile's sizes; default: the default profile's reduced tunnel; "
+                             "extended: E5's own steps and batch"),
+        options.out_dir(default=None, help="cache the tasks under DIR/cache/mechanism-tunnel (default: no cache)"),
+        options.campaign()])
     args = parser.parse_args(argv)
-    sizes = profiles.get("quick" if args.quick else "default").experiments
-    cfg = from_sizes(sizes, windtunnel.from_sizes(sizes), args.extended)
+    sizes = profiles.get("quick" if args.profile == "quick" else "default").experiments
+    cfg = from_sizes(sizes, windtunnel.from_sizes(sizes), args.profile == "extended")
     t0 = time.perf_counter()
     try:
         summary, outcome = run(cfg, cache_dir=f"{args.out}/cache/{LABEL}" if args.out else None,

@@ -30,6 +30,8 @@ class EmpiricalClaim:
     reads: tuple  # the measured quantities the rule takes
     rule: Callable  # rules.eN: measurements -> rules.Rule
     thresholds: dict = field(default_factory=dict)  # the rule's thresholds by name (rules module constants)
+    paper: str = ""  # the paper's number in a few words, for the summary beside the measured one ("" where none)
+    headline: Callable = None  # measured dict -> the measured number in a few words (the summary's column)
 
     def __post_init__(self):
         if not callable(self.rule):
@@ -40,7 +42,25 @@ class EmpiricalClaim:
     def catalogue(self):
         """The facts results.json and the report show for the claim."""
         return {"name": self.name, "statement": self.statement, "ref": self.ref, "figure": dict(self.figure),
-                "thresholds": dict(self.thresholds), "reads": list(self.reads), "kind": "empirical"}
+                "thresholds": dict(self.thresholds), "reads": list(self.reads), "kind": "empirical",
+                "paper": self.paper}
+
+    def headline_of(self, measured):
+        """The measured number in a few words, or "" when this entry has none or the measurement lacks it."""
+        if self.headline is None or not isinstance(measured, dict):
+            return ""
+        try:
+            return self.headline(measured)
+        except (KeyError, TypeError, ValueError, IndexError):
+            return ""
+
+
+def _ci(pair, fmt="{:.2f}"):
+    return f"{fmt.format(pair[0])}{' to ' if '+' in fmt else '-'}{fmt.format(pair[1])}"
+
+
+def _arms(measured, fmt, arms=("sgd", "em_like")):
+    return ", ".join(f"{a} {fmt(measured['arms'][a])}" for a in arms if a in measured["arms"])
 
 
 REGISTRY: dict = {}
@@ -69,27 +89,36 @@ register(EmpiricalClaim(
     f"{PAPER}, {STICKY}",
     {k: STICKY_FIGURES[k] for k in ("speedup", "em_steps", "steps", "sgd_final_loss", "em_like_final_loss")},
     ("loss curves of both arms per seed (same data and initial weights per seed)",),
-    rules.e1, {"E1_RESAMPLES": rules.E1_RESAMPLES, "E1_LEVEL": rules.E1_LEVEL}))
+    rules.e1, {"E1_RESAMPLES": rules.E1_RESAMPLES, "E1_LEVEL": rules.E1_LEVEL},
+    paper="2.3x (430 vs 1000 steps)",
+    headline=lambda m: f"{m['speedup']:.2f}x (CI {_ci(m['ci95'])}, {m['n_seeds']} seeds)"))
 
 register(EmpiricalClaim(
     "E2", "entropy-near-bayes",
     r"both arms' predictive entropy is close to $H_{\min} = H(Y_t \mid Y_{t-1}) = 1.8292$ nats",
     f"{PAPER}, {STICKY}", {"h_min": STICKY_FIGURES["h_min"]},
     ("final predictive entropy per seed, both arms", "H_min of the chain", "number of symbols m"),
-    rules.e2, {"E2_CLOSE": rules.E2_CLOSE, "E2_FAR": rules.E2_FAR}))
+    rules.e2, {"E2_CLOSE": rules.E2_CLOSE, "E2_FAR": rules.E2_FAR},
+    paper="H near H_min = 1.8292 nats",
+    headline=lambda m: "H " + _arms(m, lambda a: f"{a['entropy']:.3f}") + " nats"))
 
 register(EmpiricalClaim(
     "E3", "sharper-em", "EM-like ends with lower loss, lower entropy and higher accuracy than SGD",
     f"{PAPER}, {STICKY}", {k: STICKY_FIGURES[k] for k in ("sgd_final_loss", "em_like_final_loss")},
     ("final loss, entropy and accuracy per seed, both arms",),
-    rules.e3, {"E3_P": rules.E3_P}))
+    rules.e3, {"E3_P": rules.E3_P},
+    paper="loss 1.93 vs 2.03 (EM-like vs SGD)",
+    headline=lambda m: f"loss {m['loss']['em_like']:.3f} vs {m['loss']['sgd']:.3f} (p {m['loss']['p']:.2g})"))
 
 register(EmpiricalClaim(
     "E4", "frame-precision", "attention (the frame) stabilises early while values (the precision) keep refining",
     f"{PAPER}, {STICKY} (qualitative)", {},
     ("JS distance of tracked attention rows to their final state per checkpoint",
      "relative change of W_V to its final state per checkpoint"),
-    rules.e4, {"E4_TOL": rules.E4_TOL}))
+    rules.e4, {"E4_TOL": rules.E4_TOL},
+    paper="qualitative",
+    headline=lambda m: "stable step attention/values: " + _arms(
+        m, lambda a: f"{a['attention_stable_step']}/{a['values_stable_step']}")))
 
 register(EmpiricalClaim(
     "E5", "value-manifold",
@@ -98,20 +127,26 @@ register(EmpiricalClaim(
     f"{PAPER}; the figure from {PAPER_I} (Bayesian wind tunnels)", {"pc1_explained": [0.84, 0.90]},
     ("explained variance of PC1 of attention outputs", "Spearman rho of PC1 and the Bayes entropy",
      "bootstrap intervals over evaluation sequences"),
-    rules.e5, {"E5_EV": rules.E5_EV, "E5_RHO": rules.E5_RHO}))
+    rules.e5, {"E5_EV": rules.E5_EV, "E5_RHO": rules.E5_RHO},
+    paper="PC1 84-90%",
+    headline=lambda m: "PC1 " + _arms(m, lambda a: f"{100 * a['pc1_explained']:.0f}%")))
 
 register(EmpiricalClaim(
     "E6", "advantage-predicts-routing",
     r"the sign of $-A_{ij}$ predicts the sign of the change of $\alpha_{ij}$ after a small step",
     f"{PAPER}, small simulations (qualitative)", {},
     ("sign agreement of -A and the change of alpha per step size", "the same for a control predictor"),
-    rules.e6, {"E6_ALL": rules.E6_ALL, "E6_MOST": rules.E6_MOST}))
+    rules.e6, {"E6_ALL": rules.E6_ALL, "E6_MOST": rules.E6_MOST},
+    paper="qualitative",
+    headline=lambda m: f"sign agreement {100 * m['agreement']:.1f}% (control {100 * m['control_agreement']:.1f}%)"))
 
 register(EmpiricalClaim(
     "E7", "specialisation", "values specialise toward the error signals of the queries that route to them",
     f"{PAPER}, small simulations (qualitative)", {},
     ("cosine of value updates and of values with the routed error signal, with a control",),
-    rules.e7, {"E7_RISE": rules.E7_RISE, "E7_FINAL": rules.E7_FINAL}))
+    rules.e7, {"E7_RISE": rules.E7_RISE, "E7_FINAL": rules.E7_FINAL},
+    paper="qualitative",
+    headline=lambda m: f"cos {m['own_initial']:.2f} -> {m['own_final']:.2f} (control {m['control_final']:.2f})"))
 
 # -- ours: the paper's E4 asked of a deep model -------------------------------------------------------------
 register(EmpiricalClaim(
@@ -123,7 +158,9 @@ register(EmpiricalClaim(
      "relative change of V between the same records, per layer x head",
      "three optimizers on the same data stream and initial weights per seed"),
     rules.w1, {"W1_TOL": rules.W1_TOL, "W1_EARLY": rules.W1_EARLY, "W1_HOLD": rules.W1_HOLD,
-               "W1_MOST": rules.W1_MOST, "W1_SOME": rules.W1_SOME}))
+               "W1_MOST": rules.W1_MOST, "W1_SOME": rules.W1_SOME},
+    headline=lambda m: "routing froze first: " + ", ".join(
+        f"{o} {100 * r['frame_first_fraction']:.0f}%" for o, r in m["optimizers"].items())))
 
 # -- ours: the conjecture on data, every routing mechanism under both schedules -------------------------------------
 register(EmpiricalClaim(
@@ -137,7 +174,9 @@ register(EmpiricalClaim(
     ("loss curves of sgd and em_like per mechanism and seed (the same seeds and data for every mechanism)",
      "each mechanism's competition cell (proved or disproved) from the mechanisms table"),
     rules.g1, {"G1_RESAMPLES": rules.G1_RESAMPLES, "G1_LEVEL": rules.G1_LEVEL, "G1_MARGIN": rules.G1_MARGIN,
-               "G1_PERM_P": rules.G1_PERM_P}))
+               "G1_PERM_P": rules.G1_PERM_P},
+    headline=lambda m: f"excess speedup difference {m['difference']:+.2f} (CI {_ci(m['difference_ci95'], '{:+.2f}')}, "
+                       f"perm. p {m['permutation_p']:.2f})"))
 
 
 register(EmpiricalClaim(
@@ -151,6 +190,8 @@ register(EmpiricalClaim(
      "evaluation sequences for every mechanism)",
      "each mechanism's competition cell (proved or disproved) from the mechanisms table"),
     rules.g2, {"G2_RESAMPLES": rules.G2_RESAMPLES, "G2_LEVEL": rules.G2_LEVEL, "G2_RATIO": rules.G2_RATIO,
-               "G2_PERM_P": rules.G2_PERM_P}))
+               "G2_PERM_P": rules.G2_PERM_P},
+    headline=lambda m: f"KL ratio others/competing {m['ratio']:.2f}x (CI {_ci(m['ratio_ci95'])}, "
+                       f"perm. p {m['permutation_p']:.2f})"))
 
 IDS = tuple(REGISTRY)
