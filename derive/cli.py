@@ -26,6 +26,7 @@ COMMANDS = {
     "watch-bench": ("numeric.watch_bench", "time the watcher's overhead on a training loop"),
     "gpu-check": ("numeric.gpu_check", "the GPU validation: pipeline, agreement with CPU, resume, timings"),
     "render": ("reports.render", "render DIR/results.json into report.html, report.tex and report.pdf"),
+    "screenshot": ("reports.screenshot", "the picture of the report's first screen the README shows (headless Chromium)"),
 }
 PROG = "agv"
 

@@ -26,7 +26,7 @@ from numeric.reference import causal_mask
 from numeric.sdpa import scaled_dot_product_attention
 
 SIZES = {"default": (64, 256, 1024), "quick": (64, 256), "gpu": (1024, 2048, 4096)}
-REPEATS = {"default": {64: 60, 256: 20, 1024: 7}, "quick": {64: 20, 256: 5}, "gpu": {1024: 50, 2048: 30, 4096: 20}}
+REPEATS = {"default": {64: 60, 256: 20, 1024: 7}, "quick": {64: 7, 256: 3}, "gpu": {1024: 50, 2048: 30, 4096: 20}}
 BATCH = {"default": 8, "quick": 8, "gpu": 32}  # sequences x heads: a GPU is timed where it is busy
 WARMUPS = {"default": 1, "quick": 1, "gpu": 5}  # a GPU's first calls pick kernels and grow the allocator
 

@@ -53,10 +53,10 @@ FIELDS = ("alpha", "o", "dS", "dQ", "dK", "dV")  # attention's shape; any shape'
 LARGE_MAGNITUDE = 12.0  # the logits' inputs scaled so that |s| reaches the hundreds: e^s overflows float32 there
 # The benchmark: sizes and repeats per profile (numeric.bench's batch, d, warm-ups and paired timing).
 BENCH_SIZES = {"default": (256, 1024), "quick": (64, 128), "gpu": (1024, 2048)}
-BENCH_REPEATS = {"default": {256: 20, 1024: 5}, "quick": {64: 20, 128: 10}, "gpu": {1024: 30, 2048: 20}}
+BENCH_REPEATS = {"default": {256: 20, 1024: 5}, "quick": {64: 7, 128: 5}, "gpu": {1024: 30, 2048: 20}}
 # The options shape is linear in n (a gate's two options, a router's E experts per token): timed at long sequences.
 OPTIONS_BENCH_SIZES = {"default": (4096, 16384), "quick": (1024, 2048), "gpu": (16384, 65536)}
-OPTIONS_BENCH_REPEATS = {"default": {4096: 20, 16384: 5}, "quick": {1024: 10, 2048: 5},
+OPTIONS_BENCH_REPEATS = {"default": {4096: 20, 16384: 5}, "quick": {1024: 5, 2048: 3},
                          "gpu": {16384: 30, 65536: 20}}
 BENCH_EXPERTS = 8  # E of a router in the benchmark
 BENCH_WIDTH = 64  # d (d_k = d_v; a router's d_x = d_v)

@@ -599,6 +599,98 @@ def _conjecture(rows, meta):
     return {"claims": claims, "holds": _names(holds), "refuted": refuted, "open": _names(open_)}
 
 
+def claim_rows(claims):
+    """The claims table, decided here so that the templates only print: per claim its verdict (and, for E1-E3,
+    the two sub-verdicts), each path's outcome, the evidence lines, a witness in one line and, for an undecided
+    claim, why."""
+    rows = []
+    for c in claims:
+        statement = c.get("statement", "")
+        paths = path_outcomes(c)
+        witnesses = c.get("witnesses") or []
+        why = first_reason(c)
+        subs = claim_verdicts(c)
+        rows.append({
+            "id": c["id"], "name": c.get("name", ""), "statement": statement,
+            "math": bool(statement) and (c["id"].startswith("C") or "parts" in c),
+            "verdict": c["verdict"], "cls": verdict_class(c["verdict"]),
+            "subs": [{**v, "cls": verdict_class(v["verdict"])} for v in subs],
+            "paths": [{"path": p, "outcome": paths[p], "cls": outcome_class(paths[p])} for p in PATHS if p in paths],
+            "evidence": [] if subs else [c.get("evidence", "")],
+            "context": claim_context(c) if subs else "",
+            "witness": witness_brief(witnesses[0]) if witnesses else "",
+            "more_witnesses": max(0, len(witnesses) - 1),
+            "why": why if c["verdict"] == "undecided" and why and why not in c.get("evidence", "") else "",
+        })
+    return rows
+
+
+# The words a verdict can be, and what each means (the report's key; the same words in results.json).
+KEY = (
+    ("analytic claims and proof paths", (
+        ("proved", "good", "the general path proved it at every size, masked and unmasked, and no path has a witness against it"),
+        ("holds", "good", "a fixed-size path found it true at the sizes it tried, and no more (the sizes are in the check's scope)"),
+        ("disproved", "bad", "a path found a witness: sizes, indices and an exact point where the two sides provably differ"),
+        ("undecided", "partial", "no path could decide it within its budget; the reason is given"),
+        ("failed", "bad", "a check of the claim failed, or two paths contradict each other (an internal inconsistency)"),
+        ("not-run", "neutral", "no check of this run names the claim"))),
+    ("empirical claims", (
+        ("reproduced", "good", "the rule's test passes on the measurements, with the stated seeds and intervals"),
+        ("partly-reproduced", "partial", "part of the claim holds (a direction, an arm, a margin); the evidence says which"),
+        ("not-reproduced", "bad", "the measurements contradict the claim, or do not resolve it at the rule's margin"))),
+    ("negative controls (kill matrix)", (
+        ("rejected", "good", "the path disproved the deliberately wrong formula, with a witness"),
+        ("ACCEPTED", "bad", "the path accepted a wrong formula: the path is unsound"),
+        ("undecided", "partial", "the path could not say no (nor did it prove it)"))),
+    ("mechanisms table", (
+        ("mask-dependent", "partial", "proved unmasked, disproved under the causal mask (witness given)"),
+        ("error", "bad", "the mechanism's own code raised while the cell was decided (a failing check)"))),
+)
+
+# The report's sections, in order: (anchor, title); the table of contents and the headings read them.
+SECTIONS = (("claims", "Claims at a glance"), ("derivations", "Derivations"),
+            ("kill-matrix", "Negative controls: the kill matrix"), ("mechanisms", "Which mechanisms route by advantage?"),
+            ("soundness", "How far the verdicts can be trusted"), ("numeric", "Numeric agreement"),
+            ("benchmarks", "Benchmarks"), ("experiments", "Experiments"), ("key", "Key to the verdicts"),
+            ("reproduce", "Environment and reproduction"))
+
+EXIT_MEANING = {0: "every check passed and every analytic claim reached its verdict",
+                1: "a check failed, an analytic claim was disproved or left undecided, or two proof paths contradict "
+                   "each other"}
+
+
+def overall(results):
+    """The banner: the exit status `python -m derive.all` gives these results, what it means, and the counts."""
+    checks, claims = results["checks"], results["claims"]
+    failed = [c["id"] for c in checks if c["status"] == "fail"]
+    analytic = [c for c in claims if c["id"].startswith("C") or "parts" in c]  # as context() reads them
+    open_ = [c["id"] for c in analytic if c["verdict"] in ("disproved", "undecided", "failed")]
+    status = 1 if failed or open_ or results.get("inconsistencies") else 0
+    tally = lambda cs: [(v, sum(c["verdict"] == v for c in cs)) for v in dict.fromkeys(c["verdict"] for c in cs)]
+    empirical = [c for c in claims if c not in analytic]
+    problems = []
+    if results.get("inconsistencies"):
+        problems.append(f"{len(results['inconsistencies'])} internal inconsistencies")
+    if failed:
+        problems.append(f"{len(failed)} failed checks ({', '.join(failed[:3])}{', ...' if len(failed) > 3 else ''})")
+    if open_:
+        problems.append("claims not proved: " + ", ".join(open_))
+    return {"status": status, "ok": status == 0, "meaning": EXIT_MEANING[status], "problems": problems,
+            "analytic": tally(analytic), "empirical": tally(empirical)}
+
+
+def mu_groups_text(md):
+    """Seeds per group of the fresh seeds ("3/3/3/2") and the speedup's spread over the groups."""
+    per = md.get("seeds_per_draw") or [len(md.get("seeds", []))]
+    if md.get("speedup_range"):
+        spread = f"range over draws {fmt(md['speedup_range'][0], 3)}-{fmt(md['speedup_range'][1], 3)}"
+    elif md.get("speedup_ci95"):
+        spread = f"95% CI over draws {fmt(md['speedup_ci95'][0], 3)}-{fmt(md['speedup_ci95'][1], 3)}"
+    else:
+        spread = ""
+    return {"per_group": "/".join(map(str, per)), "spread": spread}
+
+
 def context(results):
     checks = results["checks"]
     counts = {s: sum(1 for c in checks if c["status"] == s) for s in ("pass", "fail", "skipped")}
@@ -609,7 +701,9 @@ def context(results):
     columns = [p for p in (*PATHS, "numeric", "adversarial") if any(p in r for r in kill.values())]
     env = results["environment"]
     return {
-        "env": env, "counts": counts, "claims": claims, "analytic": analytic, "proofs": proofs,
+        "env": env, "counts": counts, "claims": claims, "claim_rows": claim_rows(claims), "overall": overall(results),
+        "key": KEY, "sections": SECTIONS,
+        "mu_groups": mu_groups_text(((results.get("experiments") or {}).get("sticky_markov") or {}).get("mu_draws") or {}), "analytic": analytic, "proofs": proofs,
         "failed": [c for c in checks if c["status"] == "fail"], "skipped": [c for c in checks if c["status"] == "skipped"],
         "kill": kill, "kill_columns": columns, "inconsistencies": results.get("inconsistencies", []),
         "path_names": PATHS, "point_head": POINT_HEAD,
