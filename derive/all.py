@@ -336,7 +336,8 @@ def summary(results, shown, ran=None, report=None, status=None):
         lines.append("")
         lines.append(f"{'claim':6} {'verdict':18} evidence")
         for c in analytic:
-            lines.append(f"{c['id']:6} {c['verdict']:18} {_short(c['evidence'], 110)}")
+            positive = c["verdict"] in ("proved", "holds")  # a failure's evidence (witness, reason) is shown whole
+            lines.append(f"{c['id']:6} {c['verdict']:18} {_short(c['evidence'], 110) if positive else c['evidence']}")
     shown_empirical = [c for c in claims if c["id"] in empirical.REGISTRY]
     if shown_empirical:
         lines += ["", f"{'claim':6} {'verdict':18} {'measured':66} the paper's"]

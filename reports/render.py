@@ -642,6 +642,9 @@ KEY = (
         ("rejected", "good", "the path disproved the deliberately wrong formula, with a witness"),
         ("ACCEPTED", "bad", "the path accepted a wrong formula: the path is unsound"),
         ("undecided", "partial", "the path could not say no (nor did it prove it)"))),
+    ("faults planted in the engine", (
+        ("killed", "good", "some probe's outcome changed: the verifier notices the fault"),
+        ("survived", "bad", "no probe noticed the fault: a blind spot of the verifier"))),
     ("mechanisms table", (
         ("mask-dependent", "partial", "proved unmasked, disproved under the causal mask (witness given)"),
         ("error", "bad", "the mechanism's own code raised while the cell was decided (a failing check)"))),
@@ -680,15 +683,14 @@ def overall(results):
 
 
 def mu_groups_text(md):
-    """Seeds per group of the fresh seeds ("3/3/3/2") and the speedup's spread over the groups."""
+    """Seeds per group of the fresh seeds ("3/3/3/2") and the speedup's spread over the groups: its range where
+    the groups are few, else its interval (label, low, high)."""
     per = md.get("seeds_per_draw") or [len(md.get("seeds", []))]
     if md.get("speedup_range"):
-        spread = f"range over draws {fmt(md['speedup_range'][0], 3)}-{fmt(md['speedup_range'][1], 3)}"
-    elif md.get("speedup_ci95"):
-        spread = f"95% CI over draws {fmt(md['speedup_ci95'][0], 3)}-{fmt(md['speedup_ci95'][1], 3)}"
+        label, (lo, hi) = "range over draws", md["speedup_range"][:2]
     else:
-        spread = ""
-    return {"per_group": "/".join(map(str, per)), "spread": spread}
+        label, (lo, hi) = "95% CI over draws", (md.get("speedup_ci95") or [None, None])[:2]
+    return {"per_group": "/".join(map(str, per)), "label": label, "lo": lo, "hi": hi}
 
 
 def context(results):
@@ -703,7 +705,8 @@ def context(results):
     return {
         "env": env, "counts": counts, "claims": claims, "claim_rows": claim_rows(claims), "overall": overall(results),
         "key": KEY, "sections": SECTIONS,
-        "mu_groups": mu_groups_text(((results.get("experiments") or {}).get("sticky_markov") or {}).get("mu_draws") or {}), "analytic": analytic, "proofs": proofs,
+        "mu_groups": mu_groups_text(((results.get("experiments") or {}).get("sticky_markov") or {}).get("mu_draws") or {}),
+        "analytic": analytic, "proofs": proofs,
         "failed": [c for c in checks if c["status"] == "fail"], "skipped": [c for c in checks if c["status"] == "skipped"],
         "kill": kill, "kill_columns": columns, "inconsistencies": results.get("inconsistencies", []),
         "path_names": PATHS, "point_head": POINT_HEAD,
@@ -718,7 +721,7 @@ def context(results):
         "grid": grid_view(results.get("experiments", {}), claims),
         "stages": results.get("stages", {}), "derive": results.get("derive", {}),
         "commands": [f"python -m derive.all{' --quick' if env.get('profile') == 'quick' else ''} --out DIR",
-                     "python -m reports.render DIR", "pip install torch==2.13.0 -e '.[test]' && pytest"],
+                     "agv render --out DIR", "pip install torch==2.13.0 -e '.[test]' && pytest"],
     }
 
 

@@ -7,8 +7,8 @@ import subprocess
 import sys
 from pathlib import Path
 
-import pytest
 import commands
+import pytest
 from commands import parser_of
 
 from derive import cli, options

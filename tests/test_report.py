@@ -585,7 +585,8 @@ def test_pdf_has_the_mechanism_section(rendered):
     out, status = rendered
     assert status["pdf"][0] == "pass", status["pdf"]
     text = subprocess.run(["pdftotext", str(out / "report.pdf"), "-"], capture_output=True, text=True, check=True).stdout
-    sec = text[text.index("Which mechanisms route by advantage?"):text.index("How far the verdicts can be trusted")]
+    # the last occurrences: the table of contents names both sections first
+    sec = text[text.rindex("Which mechanisms route by advantage?"):text.rindex("How far the verdicts can be trusted")]
     for words in ("Counterexamples", "Mechanism mutants", "sigmoid-advantage", "ACCEPTED", "one-step analysis",
                   "11 entries, the first 8 shown, all in results.json", "at query row 0; 2 options"):
         assert words in sec, words
@@ -652,3 +653,44 @@ def test_mask_dependent_and_error_cells_are_shown_as_such():
     assert refuted["sigmoid"].startswith("(")
     assert verdict_class("mask-dependent") == "partial" and verdict_class("error") == "bad"
     assert MECH_BOUND["point"]  # the bound's witness in the fixture is complete (every entry it reads)
+
+
+def test_banner_follows_the_exit_status_and_names_what_failed(rendered, tmp_path):
+    from derive.all import claim_catalogue
+    from derive.results import Results
+
+    out, _ = rendered  # the fixture: failed checks, a disproved and an undecided claim, an inconsistency
+    html, tex = (out / "report.html").read_text(), (out / "report.tex").read_text()
+    banner = html[html.index('id="banner"'):html.index("</div>", html.index('id="banner"'))]
+    assert "<b>FAIL</b>" in banner and "exit status 1" in banner and "claims not proved: C2, X1, X2" in banner
+    assert "failed checks (derive/C2/main/fixed/masked" in banner and "internal inconsistencies" in banner
+    assert r"\textbf{FAIL} --- exit status 1" in tex and r"\fcolorbox{failed}" in tex
+    Results({"profile": "quick", "device": "cpu"}, catalogue=claim_catalogue()).write(tmp_path)  # nothing failed
+    render(tmp_path, pdf=False, log=lambda *a: None)
+    html = (tmp_path / "report.html").read_text()
+    banner = html[html.index('id="banner"'):html.index("</div>", html.index('id="banner"'))]
+    assert "<b>PASS</b>" in banner and "exit status 0" in banner
+
+
+def test_contents_link_every_section_and_the_key_explains_every_verdict_shown(rendered):
+    from reports.render import KEY
+
+    out, _ = rendered
+    html, tex = (out / "report.html").read_text(), (out / "report.tex").read_text()
+    nav = html[html.index('<nav id="contents">'):html.index("</nav>")]
+    anchors = re.findall(r'href="#([\w-]+)"', nav)
+    assert len(anchors) >= 9 and all(f'id="{a}"' in html for a in anchors)
+    assert r"\tableofcontents" in tex and r"\section{Key to the verdicts}" in tex
+    key = html[html.index('id="verdict-key"'):html.index("</table>", html.index('id="verdict-key"'))]
+    words = {w for _, ws in KEY for w, _, _ in ws}
+    shown = set(re.findall(r'<span class="badge (?:good|bad|partial|neutral)[^"]*">([\w-]+)</span>', html))
+    shown = {w for w in shown if not w.isdigit()}  # counts are badges too
+    assert shown and shown - {"pass", "fail", "skipped"} <= words, shown - words
+    assert all(f">{w}</span>" in key for w in words)
+
+
+def test_no_template_line_does_the_view_s_work():
+    for path in (Path(render.__code__.co_filename).parent / "templates").glob("*.j2"):
+        lines = path.read_text().splitlines()
+        assert max(map(len, lines)) <= 400, path.name  # decisions live in reports/render.py's view
+        assert not [ln for ln in lines if re.search(r"\{% set \w+ = \w+ \|", ln)], path.name  # no computed sets
