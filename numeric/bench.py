@@ -172,17 +172,25 @@ def bench_size(n, causal, device, dtype=torch.float32, batch=8, d=64, repeats=7,
     return Row(n, causal, device, str(dtype).removeprefix("torch."), batch, d, seconds, {}, "", diff)
 
 
-def measure_memory(row, dtype=torch.float32):
-    """Peak memory per runner. On CPU this runs in a child process: fixing malloc's mmap threshold
-    (needed for an honest RSS peak) would otherwise slow every later allocation in this process."""
-    if _cuda(row.device):
-        row.peak_mb, row.memory_method = _peaks(row.n, row.causal, row.device, row.batch, row.d, dtype)
-        return
-    cmd = [sys.executable, "-m", "numeric.bench", "--peak-memory", str(row.n), "--batch", str(row.batch), "--d", str(row.d)]
-    cmd += ["--causal"] if row.causal else []
-    out = subprocess.run(cmd, capture_output=True, text=True, timeout=600, check=True).stdout
-    data = json.loads(out.strip().splitlines()[-1])
-    row.peak_mb, row.memory_method = data["peak_mb"], data["method"]
+def measure_memory(rows, dtype=torch.float32):
+    """Peak memory per runner, for each row. On CPU each row is measured in a child process of its own: fixing
+    malloc's mmap threshold (needed for an honest RSS peak) would otherwise slow every later allocation in this
+    process. The children run at once (each peak is its own process's, so they do not disturb each other),
+    which spares the cost of starting torch in each, one after another."""
+    children = []
+    for row in rows:
+        if _cuda(row.device):
+            row.peak_mb, row.memory_method = _peaks(row.n, row.causal, row.device, row.batch, row.d, dtype)
+            continue
+        cmd = [sys.executable, "-m", "numeric.bench", "--peak-memory", str(row.n), "--batch", str(row.batch),
+               "--d", str(row.d)] + (["--causal"] if row.causal else [])
+        children.append((row, subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)))
+    for row, child in children:
+        out, err = child.communicate(timeout=600)
+        if child.returncode != 0:
+            raise subprocess.CalledProcessError(child.returncode, child.args, out, err)
+        data = json.loads(out.strip().splitlines()[-1])
+        row.peak_mb, row.memory_method = data["peak_mb"], data["method"]
 
 
 def _peaks(n, causal, device, batch, d, dtype=torch.float32):
@@ -200,8 +208,8 @@ def run(profile="default", device="cpu", threads=1, log=print):
     torch.set_num_threads(threads)
     rows = [bench_size(n, causal, device, batch=BATCH[profile], repeats=REPEATS[profile][n], warmups=WARMUPS[profile])
             for n in SIZES[profile] for causal in (False, True)]
+    measure_memory(rows)
     for r in rows:
-        measure_memory(r)
         ms = {k: f"{v * 1e3:8.2f}" for k, v in r.seconds.items()}
         log(f"  bench n={r.n:5} {'causal' if r.causal else 'full  '} module {ms['ours']} ms  api {ms['api']} ms  "
             f"autograd {ms['autograd']} ms  sdpa {ms['sdpa']} ms | vs autograd: module {r.ratio('ours', 'autograd'):4.2f} "

@@ -9,8 +9,9 @@ def test_rows_and_benchmark_entries():
     assert set(row.seconds) == {"ours", "api", "autograd", "sdpa"}
     assert all(s > 0 for s in row.seconds.values())
     assert row.max_rel_diff < 1e-4
-    bench.measure_memory(row)
-    assert set(row.peak_mb) == set(row.seconds)
+    other = bench.bench_size(32, False, "cpu", batch=2, d=8, repeats=2)
+    bench.measure_memory([row, other])  # children at once, each row its own peak
+    assert set(row.peak_mb) == set(row.seconds) == set(other.peak_mb)
     assert all(math.isnan(v) or v >= 0 for v in row.peak_mb.values())
     entries = bench.as_benchmarks([row])
     assert len(entries) == 4
