@@ -430,3 +430,19 @@ def test_stage_records_positive_controls_like_the_negative_ones(tmp_path, synth)
     again._measurements = dict(synth)
     again.positive_controls()
     assert any("cached   sticky-frozen-routing-2" in x for x in lines) and any("cached   deep-watch" in x for x in lines)
+
+
+def test_each_claim_s_rule_thresholds_and_controls_live_in_its_own_module():
+    import importlib
+
+    from numeric.experiments import registry
+
+    for cid, claim in registry.REGISTRY.items():
+        module = importlib.import_module(f"numeric.experiments.rules.{cid.lower()}")
+        assert claim.rule is getattr(module, cid.lower()), cid  # the registered rule is its module's
+        for name, value in claim.thresholds.items():
+            assert getattr(module, name) == value, (cid, name)  # each threshold beside its rule
+        for table in ("NEGATIVE", "POSITIVE"):
+            assert all(c.split("/")[0] == cid for c in getattr(module, table, {})), (cid, table)
+    controls = {c.split("/")[0] for c in rules.NEGATIVE_CONTROLS}
+    assert controls == {"E1", "E2", "E3", "E4", "E5", "E6", "E7", "W1"}  # every paper claim and W1 has one

@@ -72,7 +72,7 @@ class ExperimentStage:
             cfg.validate()
         self.cache = Cache(out_dir)
         self.data = results.experiments
-        self._measurements = {}  # claim -> the keyword arguments of its rule (rules.py), for the controls
+        self._measurements = {}  # claim -> the keyword arguments of its rule (numeric.experiments.rules), for the controls
         self._constructed = {}  # claim -> its rule's keyword arguments on a constructed run (the positive controls)
         self._cluster = None  # the campaigns' Dask cluster, started on first use (`campaign`)
 

@@ -116,15 +116,6 @@ def bootstrap_speedup_expanded(sgd, em, steps, resamples=2000, seed=0, level=0.9
     return expanded_percentiles(vals, np.asarray(sgd).shape[0], level)
 
 
-def bootstrap_speedup_excess(sgd, em, steps, resamples=2000, seed=0, level=0.95):
-    """Expanded percentile interval of speedup(sgd*, em*) - speedup(sgd*, sgd*) over the same resampled
-    seeds: the speedup beyond what identical arms score under the authors' threshold definition
-    (identical arms do not score 1: a seed whose curve ends above the mean final loss never reaches it).
-    Identical arms give exactly 0 in every replicate."""
-    s_em, s_sgd = speedup_resamples(sgd, em, steps, resamples, seed)
-    return expanded_percentiles(s_em - s_sgd, np.asarray(sgd).shape[0], level)
-
-
 # -- PCA of attention outputs against an entropy (E5) ----------------------------------------------------
 def pc1_spearman(points, entropy, direction=None):
     """Explained-variance ratios of the principal components of `points` (N, d) and the Spearman
