@@ -325,7 +325,7 @@ def step_times(cfg, mechanisms=None, steps=3, rounds=3, forms=False, log=None):
         blocks = ml.query_blocks(data.x.shape[-2], cfg.blocks)
         runs = [(m, "quadratic") for m in (mechanisms or cfg.mechanisms)]
         if forms:
-            runs += [(m, "scan") for m in ("gate", "lstm") if m in (mechanisms or cfg.mechanisms)]
+            runs += [(m, "scan") for m in ml.MECHANISMS if "scan" in ml.LAYERS[m].forms and m in (mechanisms or cfg.mechanisms)]
         state = {}
         for m, form in runs:
             params = ml.init_params(scfg, m, scfg.seeds, len(cfg.arms), scfg.torch_dtype)

@@ -5,8 +5,11 @@ the data x (1, S, T, d_in) broadcast over arms. Each layer mixes its contents in
 W_O into logits over the m symbols, with the sticky experiment's cross-entropy (the mean over positions, per
 run). Gradients come from torch.autograd (the loss of every run summed: the runs share no parameter).
 
-Every layer's parameters are split into routing (whatever feeds the logits, gates or decays, and the readout W_O,
-as in the paper's EM-like arm) and content (the values, a cell's candidate, the experts): ROUTING and CONTENT.
+Each mechanism's layer is one object in LAYERS (a `Layer`: its parameters, which of them are content, how it
+prepares its per-position tensors and forms one block of weights, the forms it can run in); nothing below
+dispatches on a mechanism's name. Every layer's parameters are split into routing (whatever feeds the logits,
+gates or decays, and the readout W_O, as in the paper's EM-like arm) and content (the values, a cell's candidate,
+the experts): ROUTING and CONTENT.
 
     softmax  w_ij = M_ij e^{s_ij} / sum_k M_ik e^{s_ik}, s_ij = c q_i . k_j                   content: W_V
     sigmoid  w_ij = M_ij sigma(c q_i . k_j + beta), beta = -log T (arXiv 2409.04431)           content: W_V
@@ -24,8 +27,8 @@ SSD, the gate and the LSTM are written in the quadratic (masked) form, T x T wei
 block's differences G_i - G_j formed relative to the block's first position before the cast to float32 (G reaches
 about -1400 at T = 2000, where float32's spacing is 1e-4). The gate and the LSTM also have the scan (`form="scan"`:
 one step per position, the recurrence as written); both give the same outputs (tests/test_mechanism_layers.py), and
-the quadratic form is the one trained: measured faster on this 2-core CPU (3 arms x 1 seed, one thread: the scan's
-step takes 1.5x as long at T = 1999, 2.3-2.5x at T = 999; benchmarks experiments/mechanism-step/{gate,lstm}/scan).
+the quadratic form is the one trained: it is the faster on a CPU (every run times both: results.json benchmarks
+experiments/mechanism-step/{gate,lstm}/scan).
 
 The LSTM is its linear cell: c_t = f_t c_{t-1} + i_t g~_t read out directly, without the tanh on the candidate or
 the cell and without the output gate. That is the cell the derive side analyses (derive/mechanisms/lstm.py: one
@@ -46,27 +49,12 @@ import torch.nn.functional as F
 
 from numeric.experiments import sticky
 
-MECHANISMS = ("softmax", "sigmoid", "linear", "ssd", "gate", "lstm", "moe")  # derive.mechanisms.BUILTIN's order
 EXPERTS, TOP_K = 4, 2
 FORMS = ("quadratic", "scan")  # the recurrent cells (gate, lstm): T x T masked weights, or one step per position
 
 # The sticky model's four matrices (W_Q, W_K, W_V, W_O, drawn by sticky.seed_params: the same initial values for
 # every mechanism that has them), then each mechanism's own parameters (own seeded stream, `own_params`).
 SHARED = ("W_Q", "W_K", "W_V", "W_O")
-PARAMS = {
-    "softmax": ("W_Q", "W_K", "W_V", "W_O"),
-    "sigmoid": ("W_Q", "W_K", "W_V", "W_O"),
-    "linear": ("W_Q", "W_K", "W_V", "W_O"),
-    "ssd": ("W_Q", "W_K", "W_V", "W_O", "w_ell"),
-    "gate": ("W_V", "W_O", "w_g"),
-    "lstm": ("W_V", "W_O", "w_f", "w_i"),
-    "moe": ("W_O", "W_R", "W_E"),
-}
-CONTENT = {"softmax": ("W_V",), "sigmoid": ("W_V",), "linear": ("W_V",), "ssd": ("W_V",), "gate": ("W_V",),
-           "lstm": ("W_V",), "moe": ("W_E",)}
-ROUTING = {m: tuple(p for p in PARAMS[m] if p not in CONTENT[m]) for m in MECHANISMS}
-
-
 def shapes(d_in, d_k, d_v, m):
     """Every parameter's shape (without the leading (A, S))."""
     return {"W_Q": (d_in, d_k), "W_K": (d_in, d_k), "W_V": (d_in, d_v), "W_O": (d_v, m), "w_ell": (d_in,),
@@ -143,37 +131,6 @@ def lstm_logits(p, x):
     return _logit(p, x, "w_f"), _logit(p, x, "w_i")
 
 
-def cell_steps(mechanism, p, x):
-    """Per position, the weight kept on the previous state and the weight of the new content: (keep, write),
-    each (A, S, T). gate: (1 - g, g); lstm: (f, i)."""
-    if mechanism == "gate":
-        g = torch.sigmoid(gate_logits(p, x))
-        return 1 - g, g
-    a_f, a_i = lstm_logits(p, x)
-    return torch.sigmoid(a_f), torch.sigmoid(a_i)
-
-
-def _cell_logs(mechanism, p, x):
-    """(log keep, log write) from the logits, without forming 1 - g: log(1 - sigma(a)) = -softplus(a)."""
-    if mechanism == "gate":
-        a = gate_logits(p, x)
-        return -F.softplus(a), -F.softplus(-a)
-    a_f, a_i = lstm_logits(p, x)
-    return -F.softplus(-a_f), -F.softplus(-a_i)
-
-
-def cell_scan(mechanism, p, x):
-    """The recurrence as written: h_t = keep_t h_{t-1} + write_t x~_t from h_{-1} = 0, one step per position."""
-    keep, write = cell_steps(mechanism, p, x)
-    v = x @ p["W_V"]
-    h = torch.zeros_like(v[..., 0, :])
-    out = []
-    for t in range(v.shape[-2]):
-        h = keep[..., t, None] * h + write[..., t, None] * v[..., t, :]
-        out.append(h)
-    return torch.stack(out, -2)
-
-
 def router(p, x):
     """Router logits r (A, S, T, E), the top-k selection S (0/1, float) and the gates g (A, S, T, E)."""
     r = x @ p["W_R"]
@@ -189,9 +146,6 @@ def moe_mix(p, x):
     return gx @ p["W_E"].flatten(-3, -2)  # W_E (..., E, d_in, d_v) as (..., E d_in, d_v)
 
 
-QUADRATIC = ("softmax", "sigmoid", "linear", "ssd", "gate", "lstm")  # T x T weights through the causal mask
-
-
 def query_blocks(T, blocks, device="cpu"):
     """[(lo, hi, mask)]: query rows lo:hi see keys 0:hi, mask (hi - lo, hi) True where j <= i. The upper triangle
     beyond each block is never formed (about (nb + 1) / (2 nb) of the dense work), and every T x T intermediate
@@ -200,18 +154,6 @@ def query_blocks(T, blocks, device="cpu"):
     edges = sorted({round(T * b / blocks) for b in range(blocks + 1)})
     rows = torch.arange(T, device=device)
     return [(lo, hi, rows[:hi][None, :] <= rows[lo:hi][:, None]) for lo, hi in zip(edges[:-1], edges[1:])]
-
-
-def _prepare(mechanism, p, x):
-    """What every query block reads: per-position tensors (A, S, T, .) or (A, S, T)."""
-    if mechanism in ("gate", "lstm"):
-        log_keep, log_write = _cell_logs(mechanism, p, x)
-        return {"v": x @ p["W_V"], "G": _cumulative(log_keep), "start": log_write.double()}
-    q, k, v = _qkv(p, x)
-    out = {"q": q, "k": k, "v": v, "c": 1.0 / math.sqrt(q.shape[-1]), "beta": beta(x.shape[-2])}
-    if mechanism == "ssd":
-        out["G"] = _cumulative(decays(p, x))
-    return out
 
 
 def _log_decay(pre, lo, hi, dtype):
@@ -228,55 +170,256 @@ def _log_decay(pre, lo, hi, dtype):
     return a[..., :, None] - b.to(dtype)[..., None, :]
 
 
-def _block(mechanism, pre, lo, hi, mask):
-    """The weights of query rows lo:hi over keys 0:hi (A, S, hi - lo, hi)."""
-    if mechanism in ("gate", "lstm"):
+# -- one layer per mechanism ----------------------------------------------------------------------------------
+class Layer:
+    """A mechanism whose weights are over keys, formed from q_i and k_j (x W_Q, x W_K), mixing the values x W_V.
+
+    params: its parameters (SHARED first, then its own), content: those that are content (the rest are routing),
+    forms: the forms it trains in, quadratic: whether its weights are T x T through the causal mask (mixed in query
+    blocks), padded: the per-position tensors widened to sticky.LANE columns (see `_padded`)."""
+    name = ""
+    params = SHARED
+    content = ("W_V",)
+    forms = ("quadratic",)
+    quadratic = True
+    padded = ("v", "q", "k")
+
+    def prepare(self, p, x):
+        """What every query block reads: per-position tensors (A, S, T, .) or (A, S, T), and the constants."""
+        q, k, v = _qkv(p, x)
+        return {"q": q, "k": k, "v": v, "c": 1.0 / math.sqrt(q.shape[-1]), "beta": beta(x.shape[-2])}
+
+    def scores(self, pre, lo, hi):
+        """s_ij = c q_i . k_j for query rows lo:hi over keys 0:hi."""
+        return (pre["q"][..., lo:hi, :] @ pre["k"][..., :hi, :].mT) * pre["c"]
+
+    def block(self, pre, lo, hi, mask):
+        """The weights of query rows lo:hi over keys 0:hi (A, S, hi - lo, hi)."""
+        raise NotImplementedError
+
+    def reference_inputs(self, p, x, mask, pre):
+        """The inputs of derive.mechanisms.<name>.reference(t) that give this layer's weights."""
+        return {"q": pre["q"], "k": pre["k"], "mask": mask.to(x.dtype), "c": pre["c"], "beta": pre["beta"]}
+
+    def weights(self, p, x, mask):
+        pre = self.prepare(p, x)
+        return {"w": self.block(pre, 0, x.shape[-2], mask), "reference": self.reference_inputs(p, x, mask, pre)}
+
+    def tracked(self, p, x, rows):
+        """Row r's weights over keys 0..r for each tracked query row, flattened (A, S, sum_r (r + 1))."""
+        pre = self.prepare(p, x)
+        one = torch.ones(1, 1, dtype=torch.bool, device=x.device)
+        return torch.cat([self.block(pre, r, r + 1, one.expand(1, r + 1)).flatten(-2) for r in rows], -1)
+
+
+class Softmax(Layer):
+    name = "softmax"
+
+    def block(self, pre, lo, hi, mask):
+        return self.scores(pre, lo, hi).masked_fill(~mask, float("-inf")).softmax(-1)
+
+
+class Sigmoid(Layer):
+    name = "sigmoid"
+
+    def block(self, pre, lo, hi, mask):
+        return torch.sigmoid(self.scores(pre, lo, hi) + pre["beta"]) * mask
+
+
+class Linear(Layer):
+    """Normalised linear attention: exp(q) . exp(k) is not a dot product of q and k (a zero column adds e^0 to it),
+    so its q and k are not padded."""
+    name = "linear"
+    padded = ("v",)
+
+    def block(self, pre, lo, hi, mask):
+        return log_kernel(pre["q"][..., lo:hi, :], pre["k"][..., :hi, :]).masked_fill(~mask, float("-inf")).softmax(-1)
+
+
+class SSD(Layer):
+    name = "ssd"
+    params = (*SHARED, "w_ell")
+
+    def prepare(self, p, x):
+        return {**super().prepare(p, x), "G": _cumulative(decays(p, x))}
+
+    def block(self, pre, lo, hi, mask):
+        s = self.scores(pre, lo, hi)
+        return _log_decay(pre, lo, hi, s.dtype).masked_fill(~mask, float("-inf")).exp() * s
+
+    def reference_inputs(self, p, x, mask, pre):
+        return {**super().reference_inputs(p, x, mask, pre), "ell": decays(p, x)}
+
+
+class Cell(Layer):
+    """A recurrent cell h_t = keep_t h_{t-1} + write_t x~_t (x~ = x W_V), trained in its quadratic form
+    w_tj = write_j prod_{s=j+1..t} keep_s, or as the scan."""
+    forms = FORMS
+    padded = ("v",)
+
+    def logits(self, p, x):
+        """The option logits A (A, S, T, 2) of derive's cell: w_io over (previous state, new content)."""
+        raise NotImplementedError
+
+    def steps(self, p, x):
+        """(keep, write), each (A, S, T)."""
+        raise NotImplementedError
+
+    def logs(self, p, x):
+        """(log keep, log write) from the logits, without forming 1 - g: log(1 - sigma(a)) = -softplus(a)."""
+        raise NotImplementedError
+
+    def prepare(self, p, x):
+        log_keep, log_write = self.logs(p, x)
+        return {"v": x @ p["W_V"], "G": _cumulative(log_keep), "start": log_write.double()}
+
+    def block(self, pre, lo, hi, mask):
         return _log_decay(pre, lo, hi, pre["v"].dtype).masked_fill(~mask, float("-inf")).exp()
-    q, k = pre["q"][..., lo:hi, :], pre["k"][..., :hi, :]
-    if mechanism == "linear":
-        return log_kernel(q, k).masked_fill(~mask, float("-inf")).softmax(-1)
-    s = (q @ k.mT) * pre["c"]
-    if mechanism == "softmax":
-        return s.masked_fill(~mask, float("-inf")).softmax(-1)
-    if mechanism == "sigmoid":
-        return torch.sigmoid(s + pre["beta"]) * mask
-    return _log_decay(pre, lo, hi, s.dtype).masked_fill(~mask, float("-inf")).exp() * s  # ssd
+
+    def scan(self, p, x):
+        """The recurrence as written: h_t = keep_t h_{t-1} + write_t x~_t from h_{-1} = 0, one step per position."""
+        keep, write = self.steps(p, x)
+        v = x @ p["W_V"]
+        h = torch.zeros_like(v[..., 0, :])
+        out = []
+        for t in range(v.shape[-2]):
+            h = keep[..., t, None] * h + write[..., t, None] * v[..., t, :]
+            out.append(h)
+        return torch.stack(out, -2)
+
+    def weights(self, p, x, mask):
+        keep, write = self.steps(p, x)
+        return {"w": torch.stack([keep, write], -1), "reference": {"A": self.logits(p, x)},
+                "unrolled": self.block(self.prepare(p, x), 0, x.shape[-2], mask)}
+
+
+class Gate(Cell):
+    """g_t = sigma(x_t w_g): keep 1 - g, write g; w_io a softmax over (previous, candidate) of (0, a_t)."""
+    name = "gate"
+    params = ("W_V", "W_O", "w_g")
+
+    def logits(self, p, x):
+        a = gate_logits(p, x)
+        return torch.stack([torch.zeros_like(a), a], -1)
+
+    def steps(self, p, x):
+        g = torch.sigmoid(gate_logits(p, x))
+        return 1 - g, g
+
+    def logs(self, p, x):
+        a = gate_logits(p, x)
+        return -F.softplus(a), -F.softplus(-a)
+
+
+class LSTM(Cell):
+    """Independent gates f_t = sigma(x_t w_f) (keep) and i_t = sigma(x_t w_i) (write): w_io = sigma(A_io)."""
+    name = "lstm"
+    params = ("W_V", "W_O", "w_f", "w_i")
+
+    def logits(self, p, x):
+        return torch.stack(lstm_logits(p, x), -1)
+
+    def steps(self, p, x):
+        a_f, a_i = lstm_logits(p, x)
+        return torch.sigmoid(a_f), torch.sigmoid(a_i)
+
+    def logs(self, p, x):
+        a_f, a_i = lstm_logits(p, x)
+        return -F.softplus(-a_f), -F.softplus(-a_i)
+
+
+class MoE(Layer):
+    """A top-k router over linear experts: weights per token over the experts, no mixing over positions."""
+    name = "moe"
+    params = ("W_O", "W_R", "W_E")
+    content = ("W_E",)
+    quadratic = False
+
+    def mix(self, p, x):
+        return moe_mix(p, x)
+
+    def tracked(self, p, x, rows):
+        """The gates of each tracked token, flattened (A, S, R * E)."""
+        _, _, g = router(p, x)
+        return g[..., list(rows), :].flatten(-2)
+
+    def weights(self, p, x, mask):
+        _, sel, g = router(p, x)
+        return {"w": g, "reference": {"X": x.expand(g.shape[:-1] + x.shape[-1:]), "WR": p["W_R"], "mask": sel}}
+
+
+# derive.mechanisms.BUILTIN's order
+LAYERS = {layer.name: layer for layer in (Softmax(), Sigmoid(), Linear(), SSD(), Gate(), LSTM(), MoE())}
+MECHANISMS = tuple(LAYERS)
+PARAMS = {m: layer.params for m, layer in LAYERS.items()}
+CONTENT = {m: layer.content for m, layer in LAYERS.items()}
+ROUTING = {m: tuple(p for p in PARAMS[m] if p not in CONTENT[m]) for m in MECHANISMS}
+QUADRATIC = tuple(m for m, layer in LAYERS.items() if layer.quadratic)  # T x T weights through the causal mask
+
+
+def layer(mechanism):
+    """The mechanism's Layer; a ValueError naming the choices for any other name."""
+    try:
+        return LAYERS[mechanism]
+    except (KeyError, TypeError):
+        raise ValueError(f"unknown mechanism {mechanism!r}; choose from {MECHANISMS}") from None
+
+
+def cell_steps(mechanism, p, x):
+    """Per position, the weight kept on the previous state and the weight of the new content: (keep, write),
+    each (A, S, T). gate: (1 - g, g); lstm: (f, i)."""
+    return layer(mechanism).steps(p, x)
+
+
+def cell_scan(mechanism, p, x):
+    return layer(mechanism).scan(p, x)
 
 
 def mix(mechanism, p, x, mask=None, form="quadratic", blocks=None):
     """The layer's output o (A, S, T, d_v). The quadratic mechanisms take `blocks` (query_blocks, default one
     block: the dense form) or the dense `mask`; the cells also take form="scan"."""
-    if mechanism == "moe":
-        return moe_mix(p, x)
-    if mechanism not in QUADRATIC:
-        raise ValueError(f"unknown mechanism {mechanism!r}; choose from {MECHANISMS}")
-    if form == "scan" and mechanism in ("gate", "lstm"):
-        return cell_scan(mechanism, p, x)
-    if form != "quadratic":
-        raise ValueError(f"unknown form {form!r} for {mechanism}; choose from {FORMS if mechanism in ('gate', 'lstm') else ('quadratic',)}")
+    lay = layer(mechanism)
+    if not lay.quadratic:
+        return lay.mix(p, x)
+    if form not in lay.forms:
+        raise ValueError(f"unknown form {form!r} for {mechanism}; choose from {lay.forms}")
+    if form == "scan":
+        return lay.scan(p, x)
     T = x.shape[-2]
     if blocks is None:
         blocks = [(0, T, mask if mask is not None else causal(T, x.device))]
-    pre = _padded(mechanism, _prepare(mechanism, p, x))
-    out = [_block(mechanism, pre, lo, hi, m) @ pre["v"][..., :hi, :] for lo, hi, m in blocks]
+    pre = _padded(lay, lay.prepare(p, x))
+    out = [lay.block(pre, lo, hi, m) @ pre["v"][..., :hi, :] for lo, hi, m in blocks]
     return (out[0] if len(out) == 1 else torch.cat(out, -2))[..., :p["W_V"].shape[-1]]
 
 
-def _padded(mechanism, pre):
-    """The contents v, and the queries and keys of a dot-product score (softmax, sigmoid, SSD), with zero columns up to
-    a multiple of sticky.LANE: the block's products (weights @ v, and their gradients' dS @ k) run 3-4x faster at 16
-    columns than at 10 or 15 on this project's CPU (sticky.LANE). Exact: a zero column adds nothing to q . k and gives a
-    zero output column, cut off by `mix`; the scale c was taken from the unpadded width. The normalised linear
-    kernel exp(q) . exp(k) is not a dot product of q and k (a zero column adds e^0 to it): its q and k stay as they
-    are."""
+def _padded(lay, pre):
+    """The layer's `padded` tensors (the contents v, and the queries and keys of a dot-product score) with zero
+    columns up to a multiple of sticky.LANE: the block's products (weights @ v, and their gradients' dS @ k) run
+    faster at 16 columns than at 10 or 15 on a CPU's matrix kernels. Exact: a zero column adds nothing to q . k and
+    gives a zero output column, cut off by `mix`; the scale c was taken from the unpadded width."""
     out = dict(pre)
-    names = ("v",) if mechanism in ("linear", "gate", "lstm") else ("v", "q", "k")
-    for name in names:
+    for name in lay.padded:
         width = out[name].shape[-1]
         pad = sticky.lane_width(width) - width
         if pad:
             out[name] = F.pad(out[name], (0, pad))
     return out
+
+
+def tracked_weights(mechanism, p, x, rows):
+    """The weights the layer mixes with at query positions `rows`, flattened: (A, S, sum_r (r + 1)) for the
+    mechanisms over keys (row r's weights over keys 0..r, the cells' unrolled weights included), (A, S, R * E) for
+    the mixture of experts (the gates of each tracked token). The routing "frame" of E4, for every mechanism."""
+    with torch.no_grad():
+        return layer(mechanism).tracked(p, x, rows)
+
+
+def weights(mechanism, p, x, mask):
+    """{"w": the layer's weights (the training code's, one query block: the dense form), "reference": the inputs of
+    derive.mechanisms.<name>.reference(t) that give them (the model's leaf names); for the cells "w" is the per-step
+    weights over (previous state, new content) and "unrolled" the T x T weights the layer mixes with}."""
+    return layer(mechanism).weights(p, x, mask)
 
 
 def losses(mechanism, p, x, y, mask=None, form="quadratic", blocks=None):
@@ -298,44 +441,3 @@ def probabilities(mechanism, p, x, mask=None, form="quadratic", blocks=None):
     return (mix(mechanism, p, x, mask, form, blocks) @ p["W_O"]).softmax(-1)
 
 
-# -- the frame (E4 per mechanism) ----------------------------------------------------------------------------
-def tracked_weights(mechanism, p, x, rows):
-    """The weights the layer mixes with at query positions `rows`, flattened: (A, S, sum_r (r + 1)) for the
-    mechanisms over keys (row r's weights over keys 0..r, the cells' unrolled weights included), (A, S, R * E) for
-    the mixture of experts (the gates of each tracked token). The routing "frame" of E4, for every mechanism."""
-    with torch.no_grad():
-        if mechanism == "moe":
-            _, _, g = router(p, x)
-            return g[..., list(rows), :].flatten(-2)
-        if mechanism not in QUADRATIC:
-            raise ValueError(f"unknown mechanism {mechanism!r}; choose from {MECHANISMS}")
-        pre = _prepare(mechanism, p, x)
-        one = torch.ones(1, 1, dtype=torch.bool, device=x.device)
-        return torch.cat([_block(mechanism, pre, r, r + 1, one.expand(1, r + 1)).flatten(-2) for r in rows], -1)
-
-
-# -- the mechanism's weights with the reference's inputs (for the tests) -----------------------------------------
-def weights(mechanism, p, x, mask):
-    """{"w": the layer's weights (the training code's, one query block: the dense form), "reference": the inputs of
-    derive.mechanisms.<name>.reference(t) that give them (the model's leaf names); for the cells "w" is the per-step
-    weights over (previous state, new content) and "unrolled" the T x T weights the layer mixes with}."""
-    T = x.shape[-2]
-    if mechanism in ("softmax", "sigmoid", "linear", "ssd"):
-        pre = _prepare(mechanism, p, x)
-        t = {"q": pre["q"], "k": pre["k"], "mask": mask.to(x.dtype), "c": pre["c"], "beta": pre["beta"]}
-        if mechanism == "ssd":
-            t["ell"] = decays(p, x)
-        return {"w": _block(mechanism, pre, 0, T, mask), "reference": t}
-    if mechanism in ("gate", "lstm"):
-        keep, write = cell_steps(mechanism, p, x)
-        if mechanism == "gate":  # w_io = softmax over (previous, candidate) of (A_i0, A_i1) = (0, a_i)
-            a = gate_logits(p, x)
-            A = torch.stack([torch.zeros_like(a), a], -1)
-        else:  # w_io = sigma(A_io): (forget, input)
-            A = torch.stack(lstm_logits(p, x), -1)
-        return {"w": torch.stack([keep, write], -1), "reference": {"A": A},
-                "unrolled": _block(mechanism, _prepare(mechanism, p, x), 0, T, mask)}
-    if mechanism == "moe":
-        _, sel, g = router(p, x)
-        return {"w": g, "reference": {"X": x.expand(g.shape[:-1] + x.shape[-1:]), "WR": p["W_R"], "mask": sel}}
-    raise ValueError(f"unknown mechanism {mechanism!r}; choose from {MECHANISMS}")
