@@ -223,15 +223,26 @@ def g1_shuffled_labels(k):
     return {**k, "label_sets": g1_relabelings(labels)}
 
 
+def proved_partition(names, labels):
+    """(competing, others) as the run's labels give them, in the run's order of mechanisms: the constructed
+    controls are built for the run's own mechanisms and partition, never a list written down here. {} when a
+    group would be empty (a construction then takes its defaults)."""
+    competing = tuple(m for m in names if labels.get(m) is True)
+    others = tuple(m for m in names if labels.get(m) is False)
+    return {"competing": competing, "others": others} if competing and others else {}
+
+
 def g1_controls(measurement):
     """{control id: (kind, Rule)} on a G1 measurement (g1's keyword arguments): the negative controls (identical
     arms for every mechanism; the labels shuffled), which must be not-reproduced, and the positive control (the
-    constructed measurement g1_synthetic, with as many seeds as the run), which must be reproduced."""
+    constructed measurement g1_synthetic, with as many seeds as the run and its mechanisms and labels), which must
+    be reproduced."""
     n = len(next(iter(measurement["curves"].values()))["sgd"])
     extra = {k: measurement[k] for k in ("seed", "resamples") if k in measurement}
     return {"G1/identical-arms": ("negative", g1(**g1_identical_arms(measurement))),
             "G1/labels-shuffled": ("negative", g1(**g1_shuffled_labels(measurement))),
-            "G1/structured-gain": ("positive", g1(**g1_synthetic(seeds=max(n, 2)), **extra))}
+            "G1/structured-gain": ("positive", g1(**g1_synthetic(
+                seeds=max(n, 2), **proved_partition(measurement["curves"], measurement["competition"])), **extra))}
 
 
 # control id -> a callable returning the rule's Rule on the control derived from g1_synthetic(); the expected verdict
@@ -248,4 +259,5 @@ G1_CONSTRUCTIONS = {
 
 __all__ = [
     "G1_RESAMPLES", "G1_LEVEL", "G1_MARGIN", "G1_PERM_P", "G1_ARMS", "g1_relabelings", "g1", "g1_synthetic",
-    "g1_identical_arms", "g1_shuffled_labels", "g1_controls", "G1_CONTROLS", "G1_EXPECTED", "G1_CONSTRUCTIONS"]
+    "g1_identical_arms", "g1_shuffled_labels", "proved_partition", "g1_controls", "G1_CONTROLS", "G1_EXPECTED",
+    "G1_CONSTRUCTIONS"]

@@ -7,7 +7,7 @@ import numpy as np
 
 from numeric.experiments import stats as st
 from numeric.experiments.rules.base import Rule
-from numeric.experiments.rules.g1 import g1_relabelings
+from numeric.experiments.rules.g1 import g1_relabelings, proved_partition
 
 # Per mechanism, the KL (bits) from the exact Bayes predictive to the trained model's on fresh wind-tunnel sequences
 # (numeric.experiments.mechanism_tunnel), EM-like arm, one value per seed (the same seeds, data and evaluation
@@ -95,14 +95,15 @@ def g2_controls(measurement):
     """{control id: (kind, Rule)} on a G2 measurement: the negative controls (every mechanism given the seed-wise
     mean KL over all mechanisms, so no group differs; constructed KLs with no structure), which must be
     not-reproduced, and the positive control (constructed KLs 4x apart), which must be reproduced; the constructed
-    ones with as many seeds as the run."""
+    ones with as many seeds as the run and its mechanisms and labels."""
     kl, comp = measurement["kl"], measurement["competition"]
     n = max(len(next(iter(kl.values()))), 2)
     pooled = np.mean([np.asarray(v, float) for v in kl.values()], 0)
     extra = {k: measurement[k] for k in ("seed", "resamples") if k in measurement}
+    groups = proved_partition(kl, comp)  # the run's own mechanisms and labels
     return {"G2/equal-gaps": ("negative", g2({m: pooled.copy() for m in kl}, comp, **extra)),
-            "G2/no-structure": ("negative", g2(**g2_synthetic(seeds=n, other_kl=0.05), **extra)),
-            "G2/structured-gap": ("positive", g2(**g2_synthetic(seeds=n), **extra))}
+            "G2/no-structure": ("negative", g2(**g2_synthetic(seeds=n, other_kl=0.05, **groups), **extra)),
+            "G2/structured-gap": ("positive", g2(**g2_synthetic(seeds=n, **groups), **extra))}
 
 
 G2_CONSTRUCTIONS = {
