@@ -26,7 +26,7 @@ PATHS = ("general", "fixed", "rational")
 # the params level grow with d_x (d_k + d_v)): it is 3, then 2 (with d_x = 6 the second size took 3-16 s per
 # params-level claim and most of the fixed path's time went to its budget).
 FIXED_GRID = ({"n": 2, "dk": 4, "dv": 5, "m": 6, "dx": 3}, {"n": 3, "dk": 5, "dv": 6, "m": 4, "dx": 2})
-BUDGET_S = 8.0  # seconds per path per claim: over it the path is undecided (the fixed path's exact zero test is the slow one)
+BUDGET_S = 8.0  # seconds per path, claim and mask setting: over it the path is undecided (the fixed path's exact zero test is the slow one)
 PROGRESS_EVERY = 50
 # In the cache key: 2 since the budget holds in a worker's thread (rows cached before it may record a path that ran
 # far past its budget and decided; they are not read).
@@ -336,7 +336,7 @@ def main(argv=None, prog="python -m numeric.fuzz"):
     ap.add_argument("--paths", default=",".join(PATHS), metavar="PATH[,PATH]",
                     help="comma-separated subset of " + ",".join(PATHS))
     ap.add_argument("--budget", type=float, default=BUDGET_S, metavar="S",
-                    help="seconds per path per claim; over it: undecided")
+                    help="seconds per path, claim and mask setting; over it: undecided")
     ap.add_argument("--chunk", type=int, default=CHUNK, metavar="N", help="claims per Dask task")
     ap.add_argument("--cache", default=None, metavar="DIR",
                     help="keep each finished task's rows here: an interrupted campaign resumes from them")
