@@ -17,8 +17,8 @@ failed, 2 bad usage (including an --out that cannot be written and a results.jso
 """
 from __future__ import annotations
 
-import argparse
 import os
+import re
 import signal
 import sys
 import time
@@ -47,8 +47,7 @@ def parse_args(argv, prog="python -m derive.all"):
         options.out_dir(help="directory of results.json, the report and the experiments' cache"),
         options.device(help="torch device of the numeric and experiments stages (auto: CUDA when torch sees one)"),
         options.seed()],
-        epilog="exit status: 0 every check passed and every claim reached its verdict; 1 a check failed, a claim "
-               "was disproved or left undecided, or the results are inconsistent; 2 bad usage")
+        epilog="exit status: " + "; ".join(f"{k} {v}" for k, v in verdict.EXIT_MEANING.items()))
     p.add_argument("--only", default=",".join(STAGES), metavar="STAGE[,STAGE]",
                    help=f"the stages to run, among {','.join(STAGES)}")
     p.add_argument("--claims", action="append", default=[], metavar="FILE",
@@ -57,7 +56,7 @@ def parse_args(argv, prog="python -m derive.all"):
                    help="with an error in a --claims file, print the Python traceback of the user's code too")
     p.add_argument("--claim", default="", metavar="ID[,ID]",
                    help="restrict the derive stage to these claim ids (default: all)")
-    p.add_argument("--threads", type=_positive_int, default=None, metavar="N",
+    p.add_argument("--threads", type=options.positive_int, default=None, metavar="N",
                    help="torch threads for the experiments stage (default: OMP_NUM_THREADS or MKL_NUM_THREADS when "
                         "set, else min(2, CPU count)); the numeric stage's benchmarks stay pinned to 1")
     p.add_argument("--extended", "--typicality", dest="extended", action="store_true",
@@ -71,16 +70,6 @@ def parse_args(argv, prog="python -m derive.all"):
     if unknown or not args.stages:
         p.error(f"--only: unknown stage(s) {', '.join(unknown) or '(none given)'}; choose from {', '.join(STAGES)}")
     return args
-
-
-def _positive_int(text):
-    try:
-        value = int(text)
-    except ValueError:
-        value = 0
-    if value < 1:
-        raise argparse.ArgumentTypeError(f"must be a positive integer, got {text!r}")
-    return value
 
 
 def check_out(out):
@@ -301,14 +290,12 @@ def selected_claims(only_claims):
 
 FAMILIES = {"C": "the paper's analytic claims", "H": "heads and biases (ours)"}
 ANALYTIC_COLUMNS = ("proved", "holds", "disproved", "undecided", "failed", "not-run")
-EXIT_CODES = {0: "every check passed and every analytic claim reached its verdict",
-              1: "a check failed, an analytic claim was disproved or left undecided, or the results are inconsistent",
-              2: "bad usage"}
 
 
 def _family(cid):
-    letters = cid[: len(cid) - len(cid.lstrip("ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz"))] or cid
-    return letters
+    """An id's family: its letters before the first digit (C1 -> C, X12 -> X); "other ids" for an id without one."""
+    m = re.match(r"([A-Za-z]+)\d", cid)
+    return m.group(1) if m else "other ids"
 
 
 def _short(text, width):
@@ -325,26 +312,27 @@ def summary(results, shown, ran=None, report=None, status=None):
     claims = [c for c in results.to_json()["claims"] if c["id"] in shown]
     analytic = [c for c in claims if c["id"] not in empirical.REGISTRY]
     lines = ["", "== verdict"]
+    w = max([6, *(len(c["id"]) for c in claims)])  # the id column
     if analytic:
         families = {}
         for c in analytic:
             families.setdefault(_family(c["id"]), []).append(c["verdict"])
         lines.append(f"{'analytic claims':42}" + "".join(f"{v:>10}" for v in ANALYTIC_COLUMNS))
         for fam, verdicts in families.items():
-            label = f"  {fam}: {FAMILIES.get(fam, 'claims ' + fam + '...')} ({len(verdicts)})"
+            label = f"  {fam}: {FAMILIES[fam]} ({len(verdicts)})" if fam in FAMILIES else f"  {fam} ({len(verdicts)})"
             lines.append(f"{label:42}" + "".join(f"{verdicts.count(v):>10}" for v in ANALYTIC_COLUMNS))
         lines.append("")
-        lines.append(f"{'claim':6} {'verdict':18} evidence")
+        lines.append(f"{'claim':{w}} {'verdict':18} evidence")
         for c in analytic:
             positive = c["verdict"] in ("proved", "holds")  # a failure's evidence (witness, reason) is shown whole
-            lines.append(f"{c['id']:6} {c['verdict']:18} {_short(c['evidence'], 110) if positive else c['evidence']}")
+            lines.append(f"{c['id']:{w}} {c['verdict']:18} {_short(c['evidence'], 110) if positive else c['evidence']}")
     shown_empirical = [c for c in claims if c["id"] in empirical.REGISTRY]
     if shown_empirical:
-        lines += ["", f"{'claim':6} {'verdict':18} {'measured':66} the paper's"]
+        lines += ["", f"{'claim':{w}} {'verdict':18} {'measured':66} the paper's"]
         for c in shown_empirical:
             entry = empirical.REGISTRY[c["id"]]
             measured = entry.headline_of(c.get("measured")) or _short(c["evidence"], 66)
-            lines.append(f"{c['id']:6} {c['verdict']:18} {_short(measured, 66):66} {entry.paper or '(ours)'}")
+            lines.append(f"{c['id']:{w}} {c['verdict']:18} {_short(measured, 66):66} {entry.paper or '(ours)'}")
     table = (results.derive.get("mechanisms") or {}).get("table") or {}
     if table:
         cells = [q.get("verdict", "?") for row in table.values() for q in row.get("questions", {}).values()]
@@ -364,7 +352,7 @@ def summary(results, shown, ran=None, report=None, status=None):
     if report is not None:
         lines.append(f"report: {report}")
     if status is not None:
-        lines.append(f"exit status {status}: {EXIT_CODES[status]}")
+        lines.append(f"exit status {status}: {verdict.EXIT_MEANING[status]}")
     return "\n".join(lines)
 
 
@@ -375,11 +363,12 @@ def empirical_shown(results):
 
 def open_verdicts(results, claims):
     """Selected analytic claims whose checks ran but did not end in a positive verdict."""
-    return [c.id for c in claims if results.claims.get(c.id, {}).get("verdict") in ("disproved", "undecided", "failed")]
+    return [c.id for c in claims if results.claims.get(c.id, {}).get("verdict") in verdict.OPEN]
 
 
 def exit_status(results, claims):
-    return 1 if results.failed() or results.inconsistencies() or open_verdicts(results, claims) else 0
+    return verdict.exit_status(results.failed(), results.inconsistencies(),
+                               [results.claims.get(c.id, {}).get("verdict") for c in claims])
 
 
 def report_only(args, previous, only_claims):

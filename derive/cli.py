@@ -9,6 +9,7 @@ subcommand's (0 pass, 1 a check failed or a verdict is not reached, 2 bad usage)
 """
 from __future__ import annotations
 
+import difflib
 import importlib
 import sys
 
@@ -54,7 +55,7 @@ def main(argv=None):
         return 0
     name, rest = argv[0], argv[1:]
     if name not in COMMANDS:
-        close = [c for c in COMMANDS if c.startswith(name[:2])]
+        close = difflib.get_close_matches(name, COMMANDS, n=2)
         hint = f"; did you mean {' or '.join(close)}?" if close else ""
         print(f"{PROG}: error: unknown subcommand {name!r}{hint} (see `{PROG} --help`)", file=sys.stderr)
         return 2

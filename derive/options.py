@@ -50,25 +50,22 @@ def device_type(text):
     raise argparse.ArgumentTypeError(f"expected auto, cpu, cuda or cuda:N, got {text!r}")
 
 
-def positive_int(text):
-    try:
-        n = int(text)
-    except ValueError:
-        n = 0
-    if n < 1:
-        raise argparse.ArgumentTypeError(f"must be a positive integer, got {text!r}")
-    return n
+def _integer(least, what):
+    """An argparse type: an integer >= least, refused with `what` it must be."""
+    def parse(text):
+        try:
+            n = int(text)
+        except ValueError:
+            n = least - 1
+        if n < least:
+            raise argparse.ArgumentTypeError(f"must be {what}, got {text!r}")
+        return n
+    return parse
 
 
-def workers_type(text):
-    """--workers: a non-negative integer (0: in this process)."""
-    try:
-        n = int(text)
-    except ValueError:
-        n = -1
-    if n < 0:
-        raise argparse.ArgumentTypeError(f"must be a non-negative integer (0: in this process), got {text!r}")
-    return n
+positive_int = _integer(1, "a positive integer")
+workers_type = _integer(0, "a non-negative integer (0: in this process)")  # --workers
+_non_negative = _integer(0, "a non-negative integer")
 
 
 def out_dir(default="out", help="directory the command writes into", old=()):
@@ -96,13 +93,14 @@ def device(default="auto", help="torch device (auto: CUDA when torch sees one, e
 
 
 def profile(choices, default="default", help="the sizes to run", extended=False):
-    """--profile NAME, with --quick (and, where `extended`, --extended) as its short forms."""
+    """--profile NAME, with --quick (and, where `extended`, --extended) as its short forms; at most one of them."""
     p = _parent()
-    p.add_argument("--profile", choices=tuple(choices), default=default, help=help)
-    p.add_argument("--quick", dest="profile", action="store_const", const="quick", help="short for --profile quick")
+    one = p.add_mutually_exclusive_group()
+    one.add_argument("--profile", choices=tuple(choices), default=default, help=help)
+    one.add_argument("--quick", dest="profile", action="store_const", const="quick", help="short for --profile quick")
     if extended:
-        p.add_argument("--extended", dest="profile", action="store_const", const="extended",
-                       help="short for --profile extended")
+        one.add_argument("--extended", dest="profile", action="store_const", const="extended",
+                         help="short for --profile extended")
     return p
 
 
@@ -121,13 +119,3 @@ def seed(help="seed for every random choice"):
     p = _parent()
     p.add_argument("--seed", type=_non_negative, default=0, metavar="N", help=help)
     return p
-
-
-def _non_negative(text):
-    try:
-        n = int(text)
-    except ValueError:
-        n = -1
-    if n < 0:
-        raise argparse.ArgumentTypeError(f"must be a non-negative integer, got {text!r}")
-    return n

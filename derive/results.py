@@ -109,8 +109,11 @@ class Results:
         return [c for c in self.checks if c.status == "fail"]
 
     def to_json(self):
-        claims = {cid: self.claims.get(cid, {"id": cid, "name": facts.get("name", cid), "verdict": "not-run",
-                                             "evidence": "stage not run", "statement": facts.get("statement", "")})
+        # every catalogued claim carries its kind (identity, inequality, empirical): readers tell the two kinds of
+        # claim apart by it, a not-run placeholder included
+        claims = {cid: {"kind": facts.get("kind"), **self.claims.get(cid, {
+                      "id": cid, "name": facts.get("name", cid), "verdict": "not-run", "evidence": "stage not run",
+                      "statement": facts.get("statement", "")})}
                   for cid, facts in self.catalogue.items()}
         claims.update({cid: c for cid, c in self.claims.items() if cid not in claims})
         return {
@@ -222,7 +225,7 @@ def validate(data, source="results.json"):
 def _placeholder(claim):
     """The entry `to_json` writes for a paper claim no stage set."""
     return claim.get("verdict") == "not-run" and claim.get("evidence") == "stage not run" and set(claim) <= {
-        "id", "name", "verdict", "evidence", "statement"}
+        "id", "name", "verdict", "evidence", "statement", "kind"}
 
 
 # -- atomic writes -----------------------------------------------------------------------------------

@@ -29,6 +29,19 @@ from collections import defaultdict
 
 PATH_ORDER = ("general", "fixed", "rational")
 CROSS_CHECK = "cross-check"  # a witness searched at the sizes a path holds at, when another path has a witness elsewhere
+# The run's exit status, and what each means: the main job's summary, its --help and the report's banner read these.
+OPEN = ("disproved", "undecided", "failed")  # an analytic verdict that makes a run exit 1
+EXIT_MEANING = {0: "every check passed and every analytic claim reached its verdict",
+                1: "a check failed, an analytic claim was disproved or left undecided, or two proof paths contradict "
+                   "each other",
+                2: "bad usage"}
+
+
+def exit_status(failed_checks, inconsistencies, analytic_verdicts):
+    """0 or 1, from the failed checks, the internal inconsistencies and the verdicts of the analytic claims."""
+    return 1 if failed_checks or inconsistencies or any(v in OPEN for v in analytic_verdicts) else 0
+
+
 KILL_CELL = {"disproved": "rejected", "proved": "ACCEPTED", "holds": "ACCEPTED", "undecided": "undecided"}
 MUTANT_COLUMNS = ("general", "fixed", "rational", "adversarial")  # where a mutant is attacked in the derive stage
 

@@ -16,6 +16,7 @@ from pathlib import Path
 
 import jinja2
 
+from derive import verdict
 from derive.verdict import describe_clash
 from reports.figures import DEEP_FIGURES, render_all
 
@@ -657,20 +658,24 @@ SECTIONS = (("claims", "Claims at a glance"), ("derivations", "Derivations"),
             ("benchmarks", "Benchmarks"), ("experiments", "Experiments"), ("key", "Key to the verdicts"),
             ("reproduce", "Environment and reproduction"))
 
-EXIT_MEANING = {0: "every check passed and every analytic claim reached its verdict",
-                1: "a check failed, an analytic claim was disproved or left undecided, or two proof paths contradict "
-                   "each other"}
+def is_analytic(claim):
+    """An analytic claim (the paper's C*, ours, a user's), not an empirical one: by the kind results.json records;
+    a file written before it recorded kinds is read by the ids and parts it has."""
+    if claim.get("kind"):
+        return claim["kind"] != "empirical"
+    return claim["id"].startswith("C") or "parts" in claim
 
 
 def overall(results):
-    """The banner: the exit status `python -m derive.all` gives these results, what it means, and the counts."""
+    """The banner: the exit status `python -m derive.all` gives these results (derive.verdict.exit_status), what it
+    means, and the counts."""
     checks, claims = results["checks"], results["claims"]
     failed = [c["id"] for c in checks if c["status"] == "fail"]
-    analytic = [c for c in claims if c["id"].startswith("C") or "parts" in c]  # as context() reads them
-    open_ = [c["id"] for c in analytic if c["verdict"] in ("disproved", "undecided", "failed")]
-    status = 1 if failed or open_ or results.get("inconsistencies") else 0
+    analytic = [c for c in claims if is_analytic(c)]
+    open_ = [c["id"] for c in analytic if c["verdict"] in verdict.OPEN]
+    status = verdict.exit_status(failed, results.get("inconsistencies"), [c["verdict"] for c in analytic])
     tally = lambda cs: [(v, sum(c["verdict"] == v for c in cs)) for v in dict.fromkeys(c["verdict"] for c in cs)]
-    empirical = [c for c in claims if c not in analytic]
+    empirical = [c for c in claims if not is_analytic(c)]
     problems = []
     if results.get("inconsistencies"):
         problems.append(f"{len(results['inconsistencies'])} internal inconsistencies")
@@ -678,7 +683,7 @@ def overall(results):
         problems.append(f"{len(failed)} failed checks ({', '.join(failed[:3])}{', ...' if len(failed) > 3 else ''})")
     if open_:
         problems.append("claims not proved: " + ", ".join(open_))
-    return {"status": status, "ok": status == 0, "meaning": EXIT_MEANING[status], "problems": problems,
+    return {"status": status, "ok": status == 0, "meaning": verdict.EXIT_MEANING[status], "problems": problems,
             "analytic": tally(analytic), "empirical": tally(empirical)}
 
 
@@ -697,7 +702,7 @@ def context(results):
     checks = results["checks"]
     counts = {s: sum(1 for c in checks if c["status"] == s) for s in ("pass", "fail", "skipped")}
     claims = results["claims"]
-    analytic = [c for c in claims if c["id"].startswith("C") or "parts" in c]  # paper and user claims
+    analytic = [c for c in claims if is_analytic(c)]  # paper and user claims
     proofs = {c["id"]: [k for k in checks if k["claim"] == c["id"] and k["kind"] == "proof"] for c in analytic}
     kill = results.get("derive", {}).get("kill_matrix", {})
     columns = [p for p in (*PATHS, "numeric", "adversarial") if any(p in r for r in kill.values())]

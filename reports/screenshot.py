@@ -19,7 +19,7 @@ from pathlib import Path
 
 HERE = Path(__file__).resolve().parent
 TEMPLATE = HERE / "templates" / "report.html.j2"
-DEFAULT_PNG = HERE.parent / "docs" / "report-first-screen.png"
+DEFAULT_PNG = "docs/report-first-screen.png"  # run from the repository's root, as the README says
 SIZE = (1280, 900)
 FLAGS = ["--headless", "--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run", "--hide-scrollbars",
          "--disable-background-networking", "--disable-component-update", "--disable-sync",
@@ -65,8 +65,7 @@ def main(argv=None, prog="python -m reports.screenshot"):
     from derive.results import ResultsError
 
     p = options.parser(prog, __doc__, parents=[options.out_dir(help="directory holding the run's results.json")])
-    p.add_argument("--png", default=str(DEFAULT_PNG.relative_to(Path.cwd()) if DEFAULT_PNG.is_relative_to(Path.cwd())
-                                         else DEFAULT_PNG), metavar="FILE", help="the picture to write")
+    p.add_argument("--png", default=DEFAULT_PNG, metavar="FILE", help="the picture to write (its sidecar beside it)")
     args = p.parse_args(argv)
     try:
         take(args.out, args.png)

@@ -88,6 +88,14 @@ def test_shared_options_mean_the_same_everywhere(name):
         assert parser.parse_args([]).profile == "default"
 
 
+def test_a_profile_is_given_once():
+    grid = parser_of("numeric.experiments.mechanism_grid", "agv grid")
+    for argv in (["--quick", "--extended"], ["--profile", "quick", "--extended"]):
+        with pytest.raises(SystemExit) as exit_:
+            grid.parse_args(argv)
+        assert exit_.value.code == 2
+
+
 def test_older_spellings_still_parse():
     fuzz = parser_of("numeric.fuzz", "agv fuzz")
     assert fuzz.parse_args(["--out", "f.json"]).json == "f.json"  # --out named a file here once

@@ -22,8 +22,9 @@ SHOWN = {"text"}  # printed output: shown, not run
 
 
 def blocks(path, lang=None):
+    """[(language, body)] of every fenced block of the page; with `lang`, the bodies of that language's blocks."""
     found = [(m.group(1), m.group(2)) for m in FENCE.finditer(path.read_text())]
-    return [b for lng, b in found if lang is None or lng == lang] if lang else found
+    return found if lang is None else [body for lng, body in found if lng == lang]
 
 
 def run_page(path):

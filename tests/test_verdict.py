@@ -152,3 +152,20 @@ def test_the_numeric_stage_marks_a_bound_constant_not_applicable_in_the_kill_mat
     NumericStage(r, QUICK, "cpu", 0, log=lambda *a: None).mutants(generated_module())
     km = kill_matrix(r.checks)
     assert km["M15-constant-3.5"]["numeric"] == "n/a" and km["M1-drop-baseline"]["numeric"] == "rejected"
+
+
+def test_the_summary_groups_a_user_s_ids_and_keeps_them_aligned():
+    from derive.all import summary
+    from derive.results import Results
+
+    results = Results({})
+    results.claims.update({cid: {"id": cid, "name": cid, "verdict": v, "evidence": e} for cid, v, e in (
+        ("C1", "proved", "proved at general size"), ("X12", "disproved", "witness at n=8: lhs 1 vs rhs 2"),
+        ("my_long_claim", "proved", "proved at general size"))})
+    text = summary(results, {"C1", "X12", "my_long_claim"}, status=1)
+    rows = {line.split()[0]: line for line in text.splitlines() if line.split()[:1] in (["C1"], ["X12"], ["my_long_claim"])}
+    assert len({row.index(row.split()[1]) for row in rows.values()}) == 1  # one column for the verdicts
+    assert "witness at n=8: lhs 1 vs rhs 2" in rows["X12"]  # a failure's evidence whole
+    families = [line.split("(")[0].strip() for line in text.splitlines() if line.startswith("  ")]
+    assert families == ["C: the paper's analytic claims", "X", "other ids"]
+    assert text.rstrip().endswith("exit status 1: " + __import__("derive.verdict").verdict.EXIT_MEANING[1])

@@ -55,8 +55,9 @@ class EmpiricalClaim:
             return ""
 
 
-def _ci(pair, fmt="{:.2f}"):
-    return f"{fmt.format(pair[0])}{' to ' if '+' in fmt else '-'}{fmt.format(pair[1])}"
+def _ci(pair, fmt="{:.2f}", sep="-"):
+    """An interval in a few characters: "1.59-2.07"; signed bounds read better with sep=" to "."""
+    return f"{fmt.format(pair[0])}{sep}{fmt.format(pair[1])}"
 
 
 def _arms(measured, fmt, arms=("sgd", "em_like")):
@@ -175,7 +176,7 @@ register(EmpiricalClaim(
      "each mechanism's competition cell (proved or disproved) from the mechanisms table"),
     rules.g1, {"G1_RESAMPLES": rules.G1_RESAMPLES, "G1_LEVEL": rules.G1_LEVEL, "G1_MARGIN": rules.G1_MARGIN,
                "G1_PERM_P": rules.G1_PERM_P},
-    headline=lambda m: f"excess speedup difference {m['difference']:+.2f} (CI {_ci(m['difference_ci95'], '{:+.2f}')}, "
+    headline=lambda m: f"excess speedup difference {m['difference']:+.2f} (CI {_ci(m['difference_ci95'], '{:+.2f}', ' to ')}, "
                        f"perm. p {m['permutation_p']:.2f})"))
 
 

@@ -57,9 +57,9 @@ from numeric.experiments.rules.w1 import _held  # noqa: F401
 FAMILIES = (_e1, _e2, _e3, _e4, _e5, _e6, _e7, _w1)  # the paper's claims and W1, in the order of their controls
 
 # control id -> (claim, how it is derived from the claim's measurements, the rule on it), every family's
-_CONTROLS = {cid: entry for m in FAMILIES for cid, entry in m.NEGATIVE.items()}
+_CONTROLS = {cid: (cid.split("/")[0], fn) for m in FAMILIES for cid, fn in m.NEGATIVE.items()}
 # control id -> (claim, how it is built: "derived", "synthetic" or "run", the rule on it)
-_POSITIVE = {cid: entry for m in FAMILIES for cid, entry in m.POSITIVE.items()}
+_POSITIVE = {cid: (cid.split("/")[0], *entry) for m in FAMILIES for cid, entry in m.POSITIVE.items()}
 # control id -> what it is (results.json, the report's controls table)
 POSITIVE_CONTROLS = {cid: text for m in FAMILIES for cid, text in m.POSITIVE_DESCRIPTIONS.items()}
 

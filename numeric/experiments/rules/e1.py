@@ -116,15 +116,15 @@ def paper_speed_curves(sgd, steps, speedup):
     return curves(math.exp(hi)), math.exp(hi), delta
 
 
-# negative controls: control id -> (claim, how it is derived from the claim's measurements, the rule on it)
+# negative controls: control id (its claim before the /) -> the rule on the control derived from the claim's measurements
 NEGATIVE = {
     # identical arms: the speedup is the baseline in every resample (excess exactly 0)
-    "E1/sgd-vs-itself": ("E1", lambda k: e1(k["sgd"], k["sgd"], k["steps"], k["paper_speedup"], **_seed(k))),
+    "E1/sgd-vs-itself": (lambda k: e1(k["sgd"], k["sgd"], k["steps"], k["paper_speedup"], **_seed(k))),
 }
 
-# positive controls: control id -> (claim, how it is built, the rule on it)
+# positive controls: control id -> (how it is built: derived, synthetic or run, the rule on it)
 POSITIVE = {
-    "E1/paper-speed": ("E1", "derived", lambda k: e1(k["sgd"], paper_speed_curves(k["sgd"], k["steps"], k["paper_speedup"])[0],
+    "E1/paper-speed": ("derived", lambda k: e1(k["sgd"], paper_speed_curves(k["sgd"], k["steps"], k["paper_speedup"])[0],
                                                        k["steps"], k["paper_speedup"], **_seed(k))),
 }
 POSITIVE_DESCRIPTIONS = {

@@ -69,16 +69,16 @@ def _centred(entropy, h_min, groups=None):
     return out
 
 
-# negative controls: control id -> (claim, how it is derived from the claim's measurements, the rule on it)
+# negative controls: control id (its claim before the /) -> the rule on the control derived from the claim's measurements
 NEGATIVE = {
     # a uniform predictor on every seed: entropy ln m, none of the distance to H_min closed
-    "E2/uniform-predictor": ("E2", lambda k: e2(np.full(np.size(k["entropy_sgd"]), math.log(k["m"])),
+    "E2/uniform-predictor": (lambda k: e2(np.full(np.size(k["entropy_sgd"]), math.log(k["m"])),
                                                 np.full(np.size(k["entropy_em"]), math.log(k["m"])), k["h_min"], k["m"])),
 }
 
-# positive controls: control id -> (claim, how it is built, the rule on it)
+# positive controls: control id -> (how it is built: derived, synthetic or run, the rule on it)
 POSITIVE = {
-    "E2/at-h-min": ("E2", "derived", lambda k: e2(_centred(k["entropy_sgd"], k["h_min"], k.get("groups")),
+    "E2/at-h-min": ("derived", lambda k: e2(_centred(k["entropy_sgd"], k["h_min"], k.get("groups")),
                                                   _centred(k["entropy_em"], k["h_min"], k.get("groups")), k["h_min"],
                                                   k["m"])),
 }

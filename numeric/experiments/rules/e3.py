@@ -64,17 +64,17 @@ def _clear_margin(sgd, em, margin=E3_CONTROL_MARGIN):
     return out
 
 
-# negative controls: control id -> (claim, how it is derived from the claim's measurements, the rule on it)
+# negative controls: control id (its claim before the /) -> the rule on the control derived from the claim's measurements
 NEGATIVE = {
     # SGD in EM-like's place and back: every direction reversed
-    "E3/swapped": ("E3", lambda k: e3(k["em"], k["sgd"])),
+    "E3/swapped": (lambda k: e3(k["em"], k["sgd"])),
     # SGD against itself: no difference at all
-    "E3/identical": ("E3", lambda k: e3(k["sgd"], k["sgd"])),
+    "E3/identical": (lambda k: e3(k["sgd"], k["sgd"])),
 }
 
-# positive controls: control id -> (claim, how it is built, the rule on it)
+# positive controls: control id -> (how it is built: derived, synthetic or run, the rule on it)
 POSITIVE = {
-    "E3/clear-margin": ("E3", "derived", lambda k: e3(k["sgd"], _clear_margin(k["sgd"], k["em"]))),
+    "E3/clear-margin": ("derived", lambda k: e3(k["sgd"], _clear_margin(k["sgd"], k["em"]))),
 }
 POSITIVE_DESCRIPTIONS = {
     "E3/clear-margin": "EM-like = SGD plus the run's paired differences re-centred on the claimed side of loss, "

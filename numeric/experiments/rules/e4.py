@@ -61,16 +61,16 @@ def e4(arms, tol=E4_TOL):
     return Rule("not-reproduced", f"{head}: attention stabilises first in no arm", measured)
 
 
-# negative controls: control id -> (claim, how it is derived from the claim's measurements, the rule on it)
+# negative controls: control id (its claim before the /) -> the rule on the control derived from the claim's measurements
 NEGATIVE = {
     # attention converging at the values' rate (its series replaced by the values' own)
-    "E4/attention-at-values-rate": ("E4", lambda k: e4({a: {**d, "attention": list(d["values"])}
+    "E4/attention-at-values-rate": (lambda k: e4({a: {**d, "attention": list(d["values"])}
                                                         for a, d in k["arms"].items()}, **_tol(k))),
 }
 
-# positive controls: control id -> (claim, how it is built, the rule on it)
+# positive controls: control id -> (how it is built: derived, synthetic or run, the rule on it)
 POSITIVE = {
-    "E4/frozen-routing": ("E4", "run", lambda k: e4(**k)),
+    "E4/frozen-routing": ("run", lambda k: e4(**k)),
 }
 POSITIVE_DESCRIPTIONS = {
     "E4/frozen-routing": "a sticky-chain run whose W_Q, W_K stop after a tenth of the steps while W_V, W_O keep "

@@ -137,16 +137,16 @@ def entropy_tunnel_evaluation(seed=0, dim=8, noise=E5_CONTROL_NOISE):
     return tunnel_evaluation(points, H, y[:, :-1], seed=seed)
 
 
-# negative controls: control id -> (claim, how it is derived from the claim's measurements, the rule on it)
+# negative controls: control id (its claim before the /) -> the rule on the control derived from the claim's measurements
 NEGATIVE = {
     # attention outputs independent of the entropy (seeded random points; a summary cannot be decoupled)
-    "E5/independent-features": ("E5", lambda k: e5({a: random_tunnel_evaluation(seed=i)
+    "E5/independent-features": (lambda k: e5({a: random_tunnel_evaluation(seed=i)
                                                     for i, a in enumerate(k["arms"])})),
 }
 
-# positive controls: control id -> (claim, how it is built, the rule on it)
+# positive controls: control id -> (how it is built: derived, synthetic or run, the rule on it)
 POSITIVE = {
-    "E5/entropy-features": ("E5", "synthetic", lambda k: e5({a: entropy_tunnel_evaluation(seed=i)
+    "E5/entropy-features": ("synthetic", lambda k: e5({a: entropy_tunnel_evaluation(seed=i)
                                                              for i, a in enumerate(k["arms"])})),
 }
 POSITIVE_DESCRIPTIONS = {

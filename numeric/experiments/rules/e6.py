@@ -26,15 +26,15 @@ def e6(agreement, control_agreement):
     return Rule("not-reproduced", f"{head}: below {E6_MOST:.0%}", measured)
 
 
-# negative controls: control id -> (claim, how it is derived from the claim's measurements, the rule on it)
+# negative controls: control id (its claim before the /) -> the rule on the control derived from the claim's measurements
 NEGATIVE = {
     # the opposite prediction, sign(+A), judged as if it were the claim's
-    "E6/plus-A": ("E6", lambda k: e6(k["control_agreement"], k["agreement"])),
+    "E6/plus-A": (lambda k: e6(k["control_agreement"], k["agreement"])),
 }
 
-# positive controls: control id -> (claim, how it is built, the rule on it)
+# positive controls: control id -> (how it is built: derived, synthetic or run, the rule on it)
 POSITIVE = {
-    "E6/natural-step": ("E6", "run", lambda k: e6(**k)),
+    "E6/natural-step": ("run", lambda k: e6(**k)),
 }
 POSITIVE_DESCRIPTIONS = {
     "E6/natural-step": "the same simulation with the score step -h A / alpha, under which delta alpha = -h A to "

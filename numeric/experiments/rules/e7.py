@@ -85,17 +85,17 @@ def _aligned(spec):
     return out
 
 
-# negative controls: control id -> (claim, how it is derived from the claim's measurements, the rule on it)
+# negative controls: control id (its claim before the /) -> the rule on the control derived from the claim's measurements
 NEGATIVE = {
     # values that do not train (a learning rate of 0): every checkpoint is the first
-    "E7/frozen-values": ("E7", lambda k: e7(_frozen(k["spec"]))),
+    "E7/frozen-values": (lambda k: e7(_frozen(k["spec"]))),
     # another key's error signal judged as the value's own
-    "E7/control-as-own": ("E7", lambda k: e7(_swapped(k["spec"]))),
+    "E7/control-as-own": (lambda k: e7(_swapped(k["spec"]))),
 }
 
-# positive controls: control id -> (claim, how it is built, the rule on it)
+# positive controls: control id -> (how it is built: derived, synthetic or run, the rule on it)
 POSITIVE = {
-    "E7/aligned-values": ("E7", "derived", lambda k: e7(_aligned(k["spec"]))),
+    "E7/aligned-values": ("derived", lambda k: e7(_aligned(k["spec"]))),
 }
 POSITIVE_DESCRIPTIONS = {
     "E7/aligned-values": "every value ending on its own routed error signal, the control reading another key's "

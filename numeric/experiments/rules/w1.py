@@ -124,19 +124,19 @@ def _held(drift):
     return np.broadcast_to(x.max(-1, keepdims=True), x.shape).copy()
 
 
-# negative controls: control id -> (claim, how it is derived from the claim's measurements, the rule on it)
+# negative controls: control id (its claim before the /) -> the rule on the control derived from the claim's measurements
 NEGATIVE = {
     # routing drifting at the values' rate (its drift replaced by the values' own): never strictly first
-    "W1/attention-at-values-rate": ("W1", lambda k: w1({n: {**d, "routing": d["values"]}
+    "W1/attention-at-values-rate": (lambda k: w1({n: {**d, "routing": d["values"]}
                                                         for n, d in k["optimizers"].items()}, **_tol(k))),
     # routing that never stops drifting (each head's drift held at its largest value)
-    "W1/routing-never-settles": ("W1", lambda k: w1({n: {**d, "routing": _held(d["routing"])}
+    "W1/routing-never-settles": (lambda k: w1({n: {**d, "routing": _held(d["routing"])}
                                                      for n, d in k["optimizers"].items()}, **_tol(k))),
 }
 
-# positive controls: control id -> (claim, how it is built, the rule on it)
+# positive controls: control id -> (how it is built: derived, synthetic or run, the rule on it)
 POSITIVE = {
-    "W1/frozen-routing": ("W1", "run", lambda k: w1(**k)),
+    "W1/frozen-routing": ("run", lambda k: w1(**k)),
 }
 POSITIVE_DESCRIPTIONS = {
     "W1/frozen-routing": "the watched model with one layer whose Q/K in-projections, embeddings and pre-attention "
