@@ -3,9 +3,9 @@
     agv screenshot --out DIR [--png docs/report-first-screen.png]
 
 Renders DIR/results.json into a temporary directory (the run's own report is left as it is), opens it in headless
-Chromium at 1280 x 900 and writes the PNG, with a sidecar `<png>.json` recording the hash of the HTML template it
-was rendered with and the run it shows (profile, commit). `tests/test_docs.py` fails when the template has changed
-since: run this command again then.
+Chromium at 1280 x 900 and writes the PNG, with a sidecar `<png>.json` recording the hash of the HTML template and
+printer it was rendered with and the run it shows (profile, commit). `tests/test_docs.py` fails when either has
+changed since: run this command again then.
 """
 from __future__ import annotations
 
@@ -19,6 +19,7 @@ from pathlib import Path
 
 HERE = Path(__file__).resolve().parent
 TEMPLATE = HERE / "templates" / "report.html.j2"
+PRINTERS = HERE / "printers.py"  # the HTML markup is written there
 DEFAULT_PNG = "docs/report-first-screen.png"  # run from the repository's root, as the README says
 SIZE = (1280, 900)
 FLAGS = ["--headless", "--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run", "--hide-scrollbars",
@@ -27,8 +28,9 @@ FLAGS = ["--headless", "--no-sandbox", "--disable-gpu", "--disable-quic", "--no-
 
 
 def template_hash():
-    """sha256 of the HTML template (its markup and its style): what the picture depends on besides the run."""
-    return hashlib.sha256(TEMPLATE.read_bytes()).hexdigest()
+    """sha256 of the HTML template (its style) and of the printers (the markup): what the picture depends on besides
+    the run."""
+    return hashlib.sha256(TEMPLATE.read_bytes() + PRINTERS.read_bytes()).hexdigest()
 
 
 def browser():

@@ -45,7 +45,7 @@ def test_paper_seed_subset_is_shown_beside_the_full_seed_set(rendered):
     out, _ = rendered
     html = (out / "report.html").read_text()
     tex = (out / "report.tex").read_text()
-    assert "On the authors' 1 seeds alone: speedup 1.92x (95% CI 1.7&ndash;2.2)" in html
+    assert "On the authors&#39; 1 seeds alone: speedup 1.92x (95% CI 1.7&ndash;2.2)" in html
     assert "On the authors' 1 seeds alone: speedup 1.92$\\times$ (95\\% CI 1.7--2.2)" in tex
     assert "final loss SGD 2.04, EM-like 1.97 (paper 2.03, 1.93)" in html
     assert "<td>torch-float64</td><td class=\"num\">1</td><td>2024</td>" in html and "range over draws 1.9&ndash;2.5" in html
@@ -280,8 +280,8 @@ def test_two_verdicts_for_the_paper_s_streams_and_fresh_streams(rendered):
     e1 = tex[tex.index("\nE1 & "):tex.index("\nE2 & ")]
     assert r"\verdict{partial}{partly-reproduced}\newline{\footnotesize paper's streams: \verdict{good}{reproduced}}" in e1
     assert r"\newline{\footnotesize fresh streams: \verdict{partial}{partly-reproduced}}" in e1
-    assert r"\textbf{paper's streams, the paper's seeds replayed} {(}reproduced): SGD final loss 2.0310" in e1
-    assert r"\textbf{fresh streams, 2 seeds} {(}partly-reproduced): speedup 1.96x" in e1
+    assert r"\textbf{paper's streams, the paper's seeds replayed} (reproduced): SGD final loss 2.0310" in e1
+    assert r"\textbf{fresh streams, 2 seeds} (partly-reproduced): speedup 1.96x" in e1
     assert "Fresh streams (2 seeds):" not in row and "Fresh streams (2 seeds):" not in e1  # no reason twice
 
 
@@ -387,13 +387,13 @@ def test_negative_controls_of_the_empirical_rules(rendered):
 def test_mu_draws_introduced_without_claiming_they_cannot_be_replayed(rendered):
     out, _ = rendered
     html, tex = (out / "report.html").read_text(), (out / "report.tex").read_text()
-    assert ("each under its own draw of the symbol means &mu; (the authors' draw is torch float32, seed 0), 1/1 seeds "
-            "per group; a difference between groups is &mu;'s and the seeds' together. Speedup 2.2x on average "
+    assert ("each under its own draw of the symbol means &mu; (the authors&#39; draw is torch float32, seed 0), 1/1 seeds "
+            "per group; a difference between groups is &mu;&#39;s and the seeds&#39; together. Speedup 2.2x on average "
             "(range over draws 1.9&ndash;2.5).") in html
-    assert "<td>torch-float32 (the authors' draw)</td><td class=\"num\">0</td><td>42</td>" in html
+    assert "<td>torch-float32 (the authors&#39; draw)</td><td class=\"num\">0</td><td>42</td>" in html
     assert (r"each under its own draw of the symbol means $\mu$ (the authors' draw is torch float32, seed 0), 1/1 seeds "
             r"per group; a difference between groups is $\mu$'s and the seeds' together. Speedup 2.2$\times$ on "
-            r"average {(}range over draws 1.9--2.5).") in tex
+            r"average (range over draws 1.9--2.5).") in tex
     for text in (html, tex):
         assert "cannot be replayed" not in text and "PAPER.md" not in text
     assert '<p class="small">the paper, C1. Proof obligations:</p>' in html
@@ -500,8 +500,8 @@ def test_mechanism_section_states_the_conjecture_from_the_data(rendered):
     assert "one-step analysis" in sec and "not what the recurrence does to that gradient across time steps" in sec
     tex_sec = _tex_mechanisms_section(tex)
     assert r"\label{mechanisms}" in tex_sec
-    assert (r"\item[{(}a)] $\frac{\partial L}{\partial s_{ij}} = w_{ij}\big(b_{ij}-\textstyle\sum_k w_{ik}b_{ik}\big)$ "
-            r"{(}routes by advantage, question \texttt{advantage}): \verdict{good}{proved} for softmax; "
+    assert (r"\item[(a)] $\frac{\partial L}{\partial s_{ij}} = w_{ij}\big(b_{ij}-\textstyle\sum_k w_{ik}b_{ik}\big)$ "
+            r"(routes by advantage, question \texttt{advantage}): \verdict{good}{proved} for softmax; "
             r"\verdict{bad}{disproved} for sigmoid.") in tex_sec
     assert r"refute the conjecture for \textbf{sigmoid} (to (a))" in tex_sec and "one-step analysis" in tex_sec
 
@@ -512,7 +512,7 @@ def test_mechanism_table_rows_verdicts_and_formulas(rendered):
     sec = _mechanisms_section(html)
     q = sec[sec.index('id="mech-questions"'):sec.index("</table>", sec.index('id="mech-questions"'))]
     assert r"<td><code>competition</code> (b)</td><td>keys compete</td><td>\(\textstyle\sum_j \frac{\partial L}" in q
-    assert "<td><code>routing</code></td><td>its exact routing gradient</td><td>the mechanism's own routing gradient" in q
+    assert "<td><code>routing</code></td><td>its exact routing gradient</td><td>the mechanism&#39;s own routing gradient" in q
     table = sec[sec.index('id="mech-table"'):sec.index("</table>", sec.index('id="mech-table"'))]
     softmax = table[table.index('id="mech-softmax"'):table.index('id="mech-sigmoid"')]
     sigmoid = table[table.index('id="mech-sigmoid"'):]
@@ -534,7 +534,7 @@ def test_mechanism_table_rows_verdicts_and_formulas(rendered):
             r"\hyperlink{mech-witness-sigmoid-advantage}{witness}} & \verdict{partial}{undecided} & ") in tex_sec
     assert r"\textbf{\texttt{softmax}}" + r" & \verdict{good}{proved}" * 6 + r" \\*" in tex_sec
     assert r"$w_{ij}=M_{ij}\,\sigma(s_{ij}+\beta)$, $s_{ij}=c\,q_i\cdot k_j$; routing gradient $\frac{\partial L}" in tex_sec
-    assert r"\texttt{em\_step} {(}d) & EM-normalised content step & $J_j(\Delta_j)" in tex_sec
+    assert r"\texttt{em\_step} (d) & EM-normalised content step & $J_j(\Delta_j)" in tex_sec
     assert r"Why undecided, \texttt{sigmoid} / \texttt{competition}: general path over the 60 s budget" in tex_sec
 
 
@@ -557,11 +557,11 @@ def test_mechanism_witnesses_are_recheckable(rendered):
     tex_sec = _tex_mechanisms_section(tex)
     assert (r"\hypertarget{mech-witness-sigmoid-advantage}{}\texttt{sigmoid} & advantage & n=3 dk=1 dv=1 m=2 dx=1 & "
             r"causal mask & (1, 0) & 0.05362719\allowbreak{}03311 & 0.01959886\allowbreak{}99932 \\*") in tex_sec
-    assert (r"point {(}11 entries, the first 8 shown, all in \texttt{results.json}): \texttt{s[0,0] = 0/3, "
+    assert (r"point (11 entries, the first 8 shown, all in \texttt{results.json}): \texttt{s[0,0] = 0/3, "
             r"s[0,1] = -1/4") in tex_sec
     assert r"s[2,1] = 1/6}, \ldots" in tex_sec and "v[0,0] = 2/7" not in tex_sec  # cut, and said so
     assert r"unmasked & 0 & ≥ 0.26766270\allowbreak{}6213 & ≤ 0.07194483\allowbreak{}98484" in tex_sec
-    assert r"at query row 0; 2 options; b (1, -1); weights ≈ (0.982, 0.5); point {(}6 entries): \texttt{" in tex_sec
+    assert r"at query row 0; 2 options; b (1, -1); weights ≈ (0.982, 0.5); point (6 entries): \texttt{" in tex_sec
 
 
 def test_mechanism_mutants_follow_the_kill_matrix(rendered):
@@ -569,13 +569,13 @@ def test_mechanism_mutants_follow_the_kill_matrix(rendered):
     html, tex = (out / "report.html").read_text(), (out / "report.tex").read_text()
     sec = _mechanisms_section(html)
     assert '<span class="badge bad">1 of 2 rejected by every path</span>' in sec
-    assert ("<tr><td><code>softmax-per-key</code></td><td>softmax</td><td>routing</td><td>the per-key form w(1-w)b</td>\n"
+    assert ("<tr><td><code>softmax-per-key</code></td><td>softmax</td><td>routing</td><td>the per-key form w(1-w)b</td>"
             + '<td><span class="badge good">rejected</span></td>' * 4 + "</tr>") in sec
     assert ('<td><span class="badge good">rejected</span></td><td><span class="badge bad">ACCEPTED (holds)</span></td>'
             '<td><span class="badge bad open">undecided</span></td><td><span class="badge bad">NOT rejected</span></td>') in sec
     tex_sec = _tex_mechanisms_section(tex)
     assert r"\verdict{bad}{1 of 2 rejected by every path}" in tex_sec
-    assert (r"\texttt{sigmoid-\allowbreak{}advantage} {(}routing) & sigmoid & the paper's softmax form w(b - sum\_k w b) "
+    assert (r"\texttt{sigmoid-\allowbreak{}advantage} (routing) & sigmoid & the paper's softmax form w(b - sum\_k w b) "
             r"applied to sigmoid & \verdict{good}{rejected} & \verdict{bad}{ACCEPTED (holds)} & \verdict{bad}{undecided} & "
             r"\verdict{bad}{NOT rejected} \\") in tex_sec
 
@@ -697,3 +697,36 @@ def test_no_template_line_does_the_view_s_work():
         lines = path.read_text().splitlines()
         assert max(map(len, lines)) <= 400, path.name  # decisions live in reports/render.py's view
         assert not [ln for ln in lines if re.search(r"\{% set \w+ = \w+ \|", ln)], path.name  # no computed sets
+
+
+def test_a_new_section_needs_no_template_code(tmp_path, monkeypatch):
+    """A section no template knows: built of nodes, printed by both printers, placed in the report by one entry."""
+    from report_fixture import fixture_results
+
+    from reports import build, views
+    from reports.model import Badge, Code, Paragraph, Section, Table, html
+    from reports.printers import HtmlPrinter, TexPrinter
+
+    def z9(results, figures):
+        return [Paragraph(["Z9 ", Badge("reproduced", "good"), " on 2 seeds; ", Code("x_1"), " 50% <b>"]),
+                Table(["seed", "loss", html("web only")], [["1", "0.25", "a"], ["2", "0.5", "b"]], id="z9-table",
+                      num=frozenset({1}), tex="ll")]
+
+    sec = Section("z9", "Z9: a claim no template knows", z9({}, []))
+    h, t = HtmlPrinter().doprint(sec), TexPrinter().doprint(sec)
+    assert '<h2 id="z9">Z9: a claim no template knows</h2>' in h and "50% &lt;b&gt;" in h
+    assert '<span class="badge good">reproduced</span>' in h and "<code>x_1</code>" in h
+    assert '<table id="z9-table"><tr><th>seed</th><th class="num">loss</th><th>web only</th></tr>' in h
+    assert '<tr><td>2</td><td class="num">0.5</td><td>b</td></tr>' in h
+    assert r"\section{Z9: a claim no template knows}\label{z9}" in t and r"\verdict{good}{reproduced}" in t
+    assert r"\texttt{x\_1} 50\% \textless{}b\textgreater{}" in t
+    assert r"\begin{longtable}{ll}" in t and "\n2 & 0.5 \\\\" in t and "web only" not in t
+    # one entry in the list of sections puts it in the report, its contents and both outputs
+    monkeypatch.setattr(views, "SECTIONS", (*views.SECTIONS, ("z9", "Z9: a claim no template knows")))
+    monkeypatch.setitem(build.SECTION_BUILDERS, "z9", z9)
+    html_out, tex_out = _render(tmp_path, fixture_results())
+    assert '<a href="#z9">Z9: a claim no template knows</a>' in html_out and '<table id="z9-table">' in html_out
+    assert r"\section{Z9: a claim no template knows}" in tex_out and "\n1 & 0.25 \\\\" in tex_out
+    for path in (Path(render.__code__.co_filename).parent / "templates").glob("*.j2"):
+        text = path.read_text()
+        assert not [a for a, _ in views.SECTIONS if f'id="{a}"' in text or f"{{{a}}}" in text], path.name
