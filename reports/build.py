@@ -37,7 +37,7 @@ from reports.model import (
 )
 from reports.views import fmt, pct
 
-NDASH, X, MU, HELLIP = Glyph("ndash"), Glyph("x"), Glyph("mu"), Glyph("hellip")
+NDASH, X, MU, HELLIP, NBSP = Glyph("ndash"), Glyph("x"), Glyph("mu"), Glyph("hellip"), Glyph("nbsp")
 FOOT = r"\footnotesize"
 FOOT3 = r"\footnotesize\setlength{\tabcolsep}{3pt}"
 NOT_RUN = ": not run in this invocation."
@@ -265,9 +265,9 @@ def mechanisms_section(results, figures):
     summary.append("Each identity is decided at general size by the general path (the numbers of positions, widths and "
                    "options symbolic) and checked by the fixed and rational paths, masked and unmasked")
     if mech["seconds"] is not None:
-        summary.append(f", {fmt(mech['seconds'], 3)} s for the whole table")
+        summary += [f", {fmt(mech['seconds'], 3)}", NBSP, "s for the whole table"]
         if mech["path_seconds"]:
-            summary.append(" (" + ", ".join(f"{p} {fmt(s, 3)} s" for p, s in mech["path_seconds"].items()) + ")")
+            summary += [" (", join([[f"{p} {fmt(s, 3)}", NBSP, "s"] for p, s in mech["path_seconds"].items()], ", "), ")"]
     summary.append(".")
     questions = Table(["question", "asks", "identity, at general size"], [
         [[Code(q["id"]), f" ({q['letter']})" if q["letter"] else ""], q["title"],
@@ -307,8 +307,9 @@ def mechanism_table(mech):
               *[Cell([Code(q["id"]), f" ({q['letter']})" if q["letter"] else ""], title=q["title"]) for q in qs]]
     rows = []
     for i, r in enumerate(mech["rows"]):
-        about = [r["title"], "; weights " + ("normalised" if r["normalised"] else "not normalised") + " over the options"
-                 if r["normalised"] is not None else "", f"; {r['ref']}" if r["ref"] else ""]
+        weights = ("weights " + ("normalised" if r["normalised"] else "not normalised") + " over the options"
+                   if r["normalised"] is not None else "")
+        about = [r["title"], f"; {weights}" if weights else "", f"; {r['ref']}" if r["ref"] else ""]
         cells = [[Badge(c["verdict"], c["cls"]), [Break(), Link(c["anchor"], "witness")] if c["anchor"] else [],
                   html(Break(), Link(c["why_anchor"], "why")) if c["reason"] else []] for c in r["cells"]]
         rows.append(Row([Cell([Bold(Code(r["name"])), html(Break(), Small(about))], cls="mech"),
@@ -316,9 +317,7 @@ def mechanism_table(mech):
                               cls="formula"),
                          *[Cell(c, cls="v", title=x["tooltip"] or None) for c, x in zip(cells, r["cells"])]],
                         id=f"mech-{r['name']}", rule=i > 0, keep=True))
-        normalised = (", weights " + ("normalised" if r["normalised"] else "not normalised") + " over the options"
-                      if r["normalised"] is not None else "")
-        rows.append(tex(SpanRow([r["title"], normalised, ": ", pieces(r["latex"]), "; routing gradient ",
+        rows.append(tex(SpanRow([r["title"], f", {weights}" if weights else "", ": ", pieces(r["latex"]), "; routing gradient ",
                                  pieces(r["routing_latex"]), ".", [" ", Small(r["ref"])] if r["ref"] else []])))
     width = "%.2f" % (12.4 / max(len(qs), 1))
     return Table(header, rows, id="mech-table", tex="@{}L{2.9cm}" + f"L{{{width}cm}}" * len(qs) + "@{}",

@@ -77,7 +77,8 @@ class Badge:
 
 @dataclass
 class Glyph:
-    """A symbol each format spells its own way: ndash, mdash, middot, hellip, mu, times, plusmn, x (a speedup's)."""
+    """A symbol each format spells its own way: ndash, mdash, middot, hellip, mu, times, plusmn, x (a speedup's),
+    nbsp (between a number and its unit in the PDF)."""
     name: str
 
 

@@ -69,14 +69,11 @@ class Printer:
         cells = row.cells if isinstance(row, model.Row) else row
         return cells if keep is None else [cells[i] for i in keep]
 
-    def _print_Contents(self, node):
-        raise NotImplementedError
-
 
 class HtmlPrinter(Printer):
     format = "html"
     GLYPHS = {"ndash": "&ndash;", "mdash": "&mdash;", "middot": "&middot;", "hellip": "&hellip;", "mu": "&mu;",
-              "times": "&times;", "plusmn": "&plusmn;", "x": "x"}
+              "times": "&times;", "plusmn": "&plusmn;", "x": "x", "nbsp": " "}
     ALERT_CLASS = {"pass": "banner pass", "fail": "banner fail", "loud": "alert loud", "alert": "alert", "warn": "warn"}
 
     def __init__(self, svgs=None):
@@ -184,7 +181,7 @@ class HtmlPrinter(Printer):
 class TexPrinter(Printer):
     format = "tex"
     GLYPHS = {"ndash": "--", "mdash": "---", "middot": r"\textperiodcentered{}", "hellip": r"\ldots{}",
-              "mu": r"$\mu$", "times": r"$\times$", "plusmn": r"$\pm$", "x": r"$\times$"}
+              "mu": r"$\mu$", "times": r"$\times$", "plusmn": r"$\pm$", "x": r"$\times$", "nbsp": "~"}
     HEADINGS = {2: r"\section{%s}", 3: r"\subsection*{%s}", 4: r"\paragraph{%s}"}
     BOX = {"pass": ("passed", "passed!10"), "fail": ("failed", "failed!10"), "loud": ("bad", "bad!12")}
 
