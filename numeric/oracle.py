@@ -130,8 +130,8 @@ class World:
         t, c, level, mech = dict(self.leaves), self.scalars["c"], self.level, self.mech
         if level == "params":
             t["q"], t["k"], t["v"] = t["X"] @ t["WQ"], t["X"] @ t["WK"], t["X"] @ t["WV"]  # (n, dk), (n, dk), (n, dv)
-        if level in ("qk", "params") and mech.name == "softmax":
-            t["s"] = c * t["q"] @ t["k"].T  # (n, n): the paper's logits, named at these levels for softmax only
+        if level in ("qk", "params") and mech.reference_score is not None:
+            t["s"] = mech.reference_score({**t, "c": c})  # (n, n): logits a mechanism names at these levels
         if level in ("scores", "qk", "params"):
             if level == "scores":
                 t["s"] = t[mech.logit_leaf]  # the free logits (n, options)

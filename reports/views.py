@@ -361,7 +361,7 @@ def grid_view(experiments, claims):
     comp, tunnel = mg.get("competition", {}), (mg.get("tunnel") or {})
     tm = tunnel.get("mechanisms", {})
     steps = mg.get("step_seconds", {})
-    base = steps.get("softmax")
+    base = steps.get(mg.get("step_reference", "softmax"))  # the paper's mechanism, as the stage names it
     rows = []
     for m, s in mg["mechanisms"].items():
         if s.get("failed"):

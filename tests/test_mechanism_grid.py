@@ -85,7 +85,7 @@ def test_competition_labels_from_the_table_or_decided_by_the_general_path():
                        "sigmoid": {"questions": {"competition": {"verdict": "disproved"}}}}}
     labels, source = mg.competition_labels(table, ("softmax", "sigmoid"))
     assert labels == {"softmax": True, "sigmoid": False} and "derive stage" in source
-    labels, source = mg.competition_labels(None, ml.MECHANISMS)
+    labels, source = mg.competition_labels(None, ml.names())
     assert labels == {"softmax": True, "sigmoid": False, "linear": True, "ssd": False, "gate": True, "lstm": False,
                       "moe": True} and "general path" in source
 

@@ -36,7 +36,7 @@ def close(a, b, tol=1e-12):
     return float((a - b).abs().max()) <= tol * scale
 
 
-@pytest.mark.parametrize("name", ml.MECHANISMS)
+@pytest.mark.parametrize("name", ml.names())
 def test_layer_weights_equal_the_mechanisms_reference(name):
     params, data, mask = setup(name, scale=5.0)  # weights far from uniform
     with torch.no_grad():
@@ -54,7 +54,7 @@ def test_moe_selects_two_experts_and_mixes_them_with_the_reference_gates():
         o = ml.mix("moe", params, data.x)
         experts = torch.einsum("bstd,asedv->astev", data.x, params["W_E"])  # y_te = x_t W_e
     g = out["w"]
-    assert ((g > 0).sum(-1) == ml.TOP_K).all() and torch.allclose(g.sum(-1), torch.ones_like(g[..., 0]))
+    assert ((g > 0).sum(-1) == registry.get("moe").layer.top_k).all() and torch.allclose(g.sum(-1), torch.ones_like(g[..., 0]))
     assert close(o, (g[..., None] * experts).sum(-2))
 
 
@@ -76,7 +76,7 @@ def test_cells_unrolled_weights_are_the_recurrence_and_equal_the_scan(name):
             assert torch.allclose(out["w"].sum(-1), torch.ones_like(keep))
 
 
-@pytest.mark.parametrize("name", ml.MECHANISMS)
+@pytest.mark.parametrize("name", ml.names())
 def test_block_causal_form_equals_the_dense_form_values_and_gradients(name):
     params, data, mask = setup(name, scale=2.0)
     T = data.x.shape[-2]
@@ -88,7 +88,7 @@ def test_block_causal_form_equals_the_dense_form_values_and_gradients(name):
         assert close(a, b, 1e-11)
 
 
-@pytest.mark.parametrize("name", ml.MECHANISMS)
+@pytest.mark.parametrize("name", ml.names())
 def test_runs_are_independent_and_each_gradient_is_its_own_losses(name):
     """The arms x seeds batch is a batch of independent runs: the gradient of the summed losses, restricted to one
     run, is that run's gradient alone (autograd through one run's slice)."""
@@ -107,8 +107,8 @@ def test_generated_mechanism_kernels_give_the_same_weights():
     mixture of experts' output."""
     gen = pytest.importorskip("numeric.generated.mechanisms")
     nm = pytest.importorskip("numeric.mechanisms")
-    assert set(ml.MECHANISMS) <= set(gen.MECHANISMS) and not gen.UNEMITTED
-    for name in ml.MECHANISMS:
+    assert set(ml.names()) <= set(gen.MECHANISMS) and not gen.UNEMITTED
+    for name in ml.names():
         params, data, mask = setup(name, scale=3.0)
         with torch.no_grad():
             out = ml.weights(name, params, data.x, mask)
@@ -134,14 +134,14 @@ def test_generated_mechanism_kernels_give_the_same_weights():
 
 
 def test_parameters_split_into_routing_and_content_and_start_from_the_sticky_models():
-    for m in ml.MECHANISMS:
-        assert set(ml.ROUTING[m]) | set(ml.CONTENT[m]) == set(ml.PARAMS[m]) and not set(ml.ROUTING[m]) & set(ml.CONTENT[m])
-        assert "W_O" in ml.ROUTING[m] and ml.CONTENT[m]
-    assert ml.CONTENT["moe"] == ("W_E",) and set(ml.ROUTING["ssd"]) == {"W_Q", "W_K", "W_O", "w_ell"}
-    assert set(ml.ROUTING["lstm"]) == {"W_O", "w_f", "w_i"} and set(ml.ROUTING["gate"]) == {"W_O", "w_g"}
+    for m in ml.names():
+        assert set(ml.routing(m)) | set(ml.content(m)) == set(ml.params(m)) and not set(ml.routing(m)) & set(ml.content(m))
+        assert "W_O" in ml.routing(m) and ml.content(m)
+    assert ml.content("moe") == ("W_E",) and set(ml.routing("ssd")) == {"W_Q", "W_K", "W_O", "w_ell"}
+    assert set(ml.routing("lstm")) == {"W_O", "w_f", "w_i"} and set(ml.routing("gate")) == {"W_O", "w_g"}
     cfg = dataclasses.replace(CFG, dtype="float32")
     shared = dict(zip(ml.SHARED, sticky.seed_params(cfg, 2024)))
-    for m in ml.MECHANISMS:
+    for m in ml.names():
         p = ml.init_params(cfg, m, cfg.seeds, 3)
         for name, t in p.items():
             assert t.shape[:2] == (3, 2) and t.requires_grad
@@ -153,7 +153,7 @@ def test_parameters_split_into_routing_and_content_and_start_from_the_sticky_mod
 
 def test_unknown_mechanism_or_form_is_refused():
     params, data, mask = setup("softmax")
-    with pytest.raises(ValueError, match="unknown mechanism"):
+    with pytest.raises(ValueError, match="no trainable layer"):
         ml.mix("mamba", params, data.x, mask)
     with pytest.raises(ValueError, match="unknown form"):
         ml.mix("softmax", params, data.x, mask, form="scan")

@@ -8,6 +8,7 @@ import numpy as np
 import pytest
 import torch
 
+from derive import mechanisms
 from derive import profile as profiles
 from numeric.experiments import mechanism_grid as mg
 from numeric.experiments import mechanism_layers as ml
@@ -52,7 +53,7 @@ def test_the_tunnel_learns_and_em_like_scales_only_the_content():
     untrained = mt.train_task(dataclasses.replace(cfg, tunnel=dataclasses.replace(cfg.tunnel, steps=1)), "softmax", (0,))
     assert trained["kl_bits"][0][0] < 0.8 * untrained["kl_bits"][0][0]
     params = mt.init_params(TINY, "moe", (0, 1))
-    assert params["W_E"].shape == (2, 2, 1, ml.EXPERTS, 2 * TINY.tunnel.symbols, TINY.tunnel.d_v)
+    assert params["W_E"].shape == (2, 2, 1, mechanisms.get("moe").layer.experts, 2 * TINY.tunnel.symbols, TINY.tunnel.d_v)
     assert torch.equal(params["W_E"][0], params["W_E"][1])  # both arms start from one point
 
 
@@ -99,7 +100,7 @@ def test_tracked_weights_are_the_rows_the_layer_mixes_with():
     cfg = mg.GridConfig(length=9, steps=2, seeds=(42, 2024), blocks=2).sticky()
     x = torch.randn(1, 2, 8, cfg.d_in, dtype=torch.float64)
     mask = ml.causal(8)
-    for m in ml.MECHANISMS:
+    for m in ml.names():
         p = {k: v.double() for k, v in ml.init_params(cfg, m, (42, 2024), 2, torch.float64).items()}
         rows = [0, 3, 7]
         got = ml.tracked_weights(m, p, x, rows)

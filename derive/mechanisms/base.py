@@ -89,6 +89,12 @@ class Mechanism:
     reference_content: Callable = None
     # The domain of each of its own leaves (name -> a key of DOMAINS); a leaf not named is any real.
     domains: dict = field(default_factory=dict)
+    # reference_score(t): the routing logits in plain torch from q, k and c, for claims that name s at the q/k
+    # levels (None: s is named at the scores level only).
+    reference_score: Callable = None
+    # Its trainable layer (a derive.mechanisms.layer.Layer): what the experiments train on the sticky chain and in
+    # the wind tunnel. None: the mechanism is proved and checked, not trained.
+    layer: object = None
 
     @property
     def ordered(self):
@@ -101,6 +107,13 @@ class Mechanism:
         for what in ("score", "weight", "routing", "reference"):
             if not callable(getattr(self, what)):
                 raise ValueError(f"mechanism {self.name}: {what} must be a function of (m, i, j)")
+        if self.layer is not None:
+            from derive.mechanisms.layer import Layer
+
+            if not isinstance(self.layer, Layer):
+                raise ValueError(f"mechanism {self.name}: layer must be a derive.mechanisms.layer.Layer (or Cell), "
+                                 f"got {type(self.layer).__name__}")
+            self.layer.validate(self.name)
         for leaf, domain in self.domains.items():
             if leaf not in self.leaves:
                 raise ValueError(f"mechanism {self.name}: domains names {leaf!r}, which is not one of its own leaves "

@@ -6,6 +6,8 @@ gives the one-logit gate). The contents H_i0 = h_prev_i, H_i1 = x~_i are the cel
 from derive.mechanisms import register
 from derive.mechanisms.base import ContentSpec, Mechanism, Mutant
 from derive.mechanisms.forms import per_key
+from derive.mechanisms.layer import Cell, softplus
+from derive.mechanisms.layer import logit as token_logit
 
 
 def logit(m, i, o):
@@ -39,6 +41,25 @@ def advantage(m, i, j):
     return m.alpha(i, j) * (m.b(i, j) - m.baseline(i))
 
 
+class GateLayer(Cell):
+    """g_t = sigma(x_t w_g): keep 1 - g, write g; w_io a softmax over (previous, candidate) of (0, a_t)."""
+    own = {"w_g": ("d_in",)}
+
+    def logits(self, p, x):
+        import torch
+
+        a = token_logit(p, x, "w_g")
+        return torch.stack([torch.zeros_like(a), a], -1)
+
+    def steps(self, p, x):
+        g = token_logit(p, x, "w_g").sigmoid()
+        return 1 - g, g
+
+    def logs(self, p, x):
+        a = token_logit(p, x, "w_g")
+        return -softplus(a), -softplus(-a)
+
+
 CELL_LEAVES = {"A": ("n", "g"), "H": ("n", "g", "dv"), "DeltaH": ("n", "g", "dv")}
 
 MECHANISM = register(Mechanism(
@@ -51,5 +72,7 @@ MECHANISM = register(Mechanism(
     ref="GRU (arXiv 1406.1078), Mamba-1's selective gate (arXiv 2312.00752)",
     mutants=(Mutant("gate-per-key", "routing", "independent gates' per-key form w(1-w)b", per_key),
              Mutant("gate-no-baseline", "routing", "the baseline dropped: w b", lambda m, i, j: m.alpha(i, j) * m.b(i, j))),
-    leaves=CELL_LEAVES, free={"A": ("scores",), "H": ("scores",)}, domains=dict.fromkeys(CELL_LEAVES, "real"), dims={"g": 2}, axis="g", logit_leaf="A",
-    content=content, content_spec=options_content("H", "DeltaH"), reference_content=reference_content))
+    leaves=CELL_LEAVES, free={"A": ("scores",), "H": ("scores",)}, domains=dict.fromkeys(CELL_LEAVES, "real"),
+    dims={"g": 2}, axis="g", logit_leaf="A",
+    content=content, content_spec=options_content("H", "DeltaH"), reference_content=reference_content,
+    layer=GateLayer()))

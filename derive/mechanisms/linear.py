@@ -4,6 +4,7 @@ s_ij = log kappa_ij, so the weight is a softmax of the logits and it routes by a
 from derive.mechanisms import register
 from derive.mechanisms.base import Mechanism, Mutant
 from derive.mechanisms.forms import advantage, per_key
+from derive.mechanisms.layer import Layer
 from derive.mechanisms.softmax import weight
 
 
@@ -27,9 +28,23 @@ def reference_logits(t):
     return reference({**t, "q": s, "k": s.new_ones(s.shape[-1]).diag().log()})
 
 
+def log_kernel(q, k):
+    """log kappa_ij = log sum_a e^{q_ia} e^{k_ja}, each row max-shifted (finite wherever kappa is)."""
+    mq, mk = q.detach().amax(-1, keepdim=True), k.detach().amax(-1, keepdim=True)
+    return ((q - mq).exp() @ (k - mk).exp().mT).log() + mq + mk.mT
+
+
+class LinearLayer(Layer):
+    """exp(q) . exp(k) is not a dot product of q and k (a zero column adds e^0 to it): q and k are not padded."""
+    padded = ("v",)
+
+    def block(self, pre, lo, hi, mask):
+        return log_kernel(pre["q"][..., lo:hi, :], pre["k"][..., :hi, :]).masked_fill(~mask, float("-inf")).softmax(-1)
+
+
 MECHANISM = register(Mechanism(
     "linear", "normalised linear attention", score, weight, routing=advantage, reference=reference, normalised=True,
-    reference_logits=reference_logits,
+    reference_logits=reference_logits, layer=LinearLayer(),
     latex=r"w_{ij}=\frac{M_{ij}\kappa_{ij}}{\sum_l M_{il}\kappa_{il}},\ \kappa_{ij}=\phi(q_i)\cdot\phi(k_j),\ "
           r"\phi=\exp,\ s_{ij}=\log\kappa_{ij}",
     routing_latex=r"\frac{\partial L}{\partial \log\kappa_{ij}}=w_{ij}\big(b_{ij}-\textstyle\sum_k w_{ik}b_{ik}\big)",

@@ -6,6 +6,8 @@ from derive.mechanisms import register
 from derive.mechanisms.base import Mechanism, Mutant
 from derive.mechanisms.forms import per_key
 from derive.mechanisms.gate import CELL_LEAVES, advantage, content, logit, options_content, reference_content
+from derive.mechanisms.layer import Cell, softplus
+from derive.mechanisms.layer import logit as token_logit
 from derive.mechanisms.sigmoid import sigma
 
 
@@ -17,6 +19,29 @@ def reference(t):
     return t["A"].sigmoid()
 
 
+class LSTMLayer(Cell):
+    """Its linear cell, as derive analyses it: c_t = f_t c_{t-1} + i_t g~_t read out directly (no tanh, no output
+    gate, so the output stays linear in the content like every other mechanism's); f_t = sigma(x_t w_f) keeps,
+    i_t = sigma(x_t w_i) writes."""
+    own = {"w_f": ("d_in",), "w_i": ("d_in",)}
+
+    def _logits(self, p, x):
+        return token_logit(p, x, "w_f"), token_logit(p, x, "w_i")
+
+    def logits(self, p, x):
+        import torch
+
+        return torch.stack(self._logits(p, x), -1)
+
+    def steps(self, p, x):
+        a_f, a_i = self._logits(p, x)
+        return a_f.sigmoid(), a_i.sigmoid()
+
+    def logs(self, p, x):
+        a_f, a_i = self._logits(p, x)
+        return -softplus(-a_f), -softplus(-a_i)
+
+
 MECHANISM = register(Mechanism(
     "lstm", "LSTM cell (independent forget and input gates)", logit, weight, routing=per_key, reference=reference,
     normalised=False,
@@ -26,5 +51,7 @@ MECHANISM = register(Mechanism(
     mutants=(Mutant("lstm-advantage", "routing", "the paper's softmax form applied to the LSTM's gates", advantage),
              Mutant("lstm-no-saturation", "routing", "the factor 1 - w dropped: w b",
                     lambda m, i, j: m.alpha(i, j) * m.b(i, j))),
-    leaves=CELL_LEAVES, free={"A": ("scores",), "H": ("scores",)}, domains=dict.fromkeys(CELL_LEAVES, "real"), dims={"g": 2}, axis="g", logit_leaf="A",
-    content=content, content_spec=options_content("H", "DeltaH"), reference_content=reference_content))
+    leaves=CELL_LEAVES, free={"A": ("scores",), "H": ("scores",)}, domains=dict.fromkeys(CELL_LEAVES, "real"),
+    dims={"g": 2}, axis="g", logit_leaf="A",
+    content=content, content_spec=options_content("H", "DeltaH"), reference_content=reference_content,
+    layer=LSTMLayer()))

@@ -5,6 +5,7 @@ over (token, expert), any 0/1 matrix at general size. The experts' weights W_e a
 from derive.mechanisms import register
 from derive.mechanisms.base import ContentSpec, Mechanism, Mutant
 from derive.mechanisms.forms import advantage, per_key
+from derive.mechanisms.layer import Layer
 
 
 def select(m, i, e):
@@ -40,6 +41,36 @@ def reference_content(t):
     return (t["X"].unsqueeze(-3) @ t["WE"]).transpose(-3, -2)
 
 
+class MoELayer(Layer):
+    """Top-2 of 4 linear experts per token: o_t = sum_e g_te x_t W_e, r_te = x_t . w_e; no mixing over positions."""
+    experts, top_k = 4, 2
+    shared = ("W_O",)
+    own = {"W_R": ("d_in", experts), "W_E": (experts, "d_in", "d_v")}
+    content = ("W_E",)
+    quadratic = False
+
+    def router(self, p, x):
+        """Router logits r (A, S, T, E), the top-k selection S (0/1, float) and the gates g (A, S, T, E)."""
+        r = x @ p["W_R"]
+        top = r.detach().topk(self.top_k, -1).indices
+        sel = r.new_zeros(r.shape).scatter_(-1, top, 1.0)
+        return r, sel, r.masked_fill(sel == 0, float("-inf")).softmax(-1)
+
+    def mix(self, p, x):
+        """One matmul of (g_t (x) x_t) with the stacked experts."""
+        _, _, g = self.router(p, x)
+        gx = (g[..., :, None] * x[..., None, :]).flatten(-2)  # (..., T, E d_in)
+        return gx @ p["W_E"].flatten(-3, -2)  # W_E (..., E, d_in, d_v) as (..., E d_in, d_v)
+
+    def tracked(self, p, x, rows):
+        """The gates of each tracked token, flattened (A, S, R * E)."""
+        return self.router(p, x)[2][..., list(rows), :].flatten(-2)
+
+    def weights(self, p, x, mask):
+        _, sel, g = self.router(p, x)
+        return {"w": g, "reference": {"X": x.expand(g.shape[:-1] + x.shape[-1:]), "WR": p["W_R"], "mask": sel}}
+
+
 CONTENT = ContentSpec(
     "WE", ("e",), ("dx", "dv"), "scores",
     lambda m, e, x, a: m.sum("n", lambda i: m.alpha(i, e) * m.leaf("X", i, x) * m.u(i, a)),
@@ -57,4 +88,4 @@ MECHANISM = register(Mechanism(
     leaves={"r": ("n", "e"), "WR": ("dx", "e"), "WE": ("e", "dx", "dv"), "DeltaE": ("e", "dx", "dv")},
     free={"r": ("scores",), "WE": ("scores", "params"), "WR": ("params",)},
     domains={"r": "real", "WR": "real", "WE": "real", "DeltaE": "real"}, dims={"e": None}, axis="e",
-    logit_leaf="r", content=content, content_spec=CONTENT, reference_content=reference_content))
+    logit_leaf="r", content=content, content_spec=CONTENT, reference_content=reference_content, layer=MoELayer()))

@@ -4,6 +4,7 @@ baseline, and the keys do not compete."""
 from derive.mechanisms import register
 from derive.mechanisms.base import Mechanism, Mutant
 from derive.mechanisms.forms import advantage, at_logits, per_key
+from derive.mechanisms.layer import Layer
 from derive.mechanisms.softmax import score
 
 
@@ -22,9 +23,16 @@ def reference(t):
     return w if t.get("mask") is None else w * t["mask"]
 
 
+class SigmoidLayer(Layer):
+    """beta = -log T."""
+
+    def block(self, pre, lo, hi, mask):
+        return (self.scores(pre, lo, hi) + pre["beta"]).sigmoid() * mask
+
+
 MECHANISM = register(Mechanism(
     "sigmoid", "sigmoid attention", score, weight, routing=per_key, reference=reference, normalised=False,
-    reference_logits=at_logits(reference),
+    reference_logits=at_logits(reference), layer=SigmoidLayer(),
     latex=r"w_{ij}=M_{ij}\,\sigma(s_{ij}+\beta),\ s_{ij}=c\,q_i\cdot k_j",
     routing_latex=r"\frac{\partial L}{\partial s_{ij}}=w_{ij}(1-w_{ij})\,b_{ij}",
     ref="sigmoid attention, arXiv 2409.04431",

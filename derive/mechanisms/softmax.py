@@ -3,6 +3,7 @@ Its routing gradient is the advantage w_ij (b_ij - sum_k w_ik b_ik) (C1)."""
 from derive.mechanisms import register
 from derive.mechanisms.base import Mechanism, Mutant
 from derive.mechanisms.forms import advantage, at_logits, per_key
+from derive.mechanisms.layer import Layer
 
 
 def score(m, i, j):
@@ -23,9 +24,18 @@ def reference(t):
     return e / total.masked_fill(total == 0, 1.0)
 
 
+def reference_score(t):
+    return t["c"] * t["q"] @ t["k"].mT
+
+
+class SoftmaxLayer(Layer):
+    def block(self, pre, lo, hi, mask):
+        return self.scores(pre, lo, hi).masked_fill(~mask, float("-inf")).softmax(-1)
+
+
 MECHANISM = register(Mechanism(
     "softmax", "softmax attention", score, weight, routing=advantage, reference=reference, normalised=True,
-    reference_logits=at_logits(reference),
+    reference_logits=at_logits(reference), reference_score=reference_score, layer=SoftmaxLayer(),
     latex=r"w_{ij}=\frac{M_{ij}e^{s_{ij}}}{\sum_k M_{ik}e^{s_{ik}}},\ s_{ij}=c\,q_i\cdot k_j",
     routing_latex=r"\frac{\partial L}{\partial s_{ij}}=w_{ij}\big(b_{ij}-\textstyle\sum_k w_{ik}b_{ik}\big)",
     ref="the paper (scaled dot-product attention)",

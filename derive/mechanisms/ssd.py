@@ -7,6 +7,7 @@ no competition."""
 from derive.mechanisms import register
 from derive.mechanisms.base import Mechanism, Mutant
 from derive.mechanisms.forms import advantage, at_logits, per_key
+from derive.mechanisms.layer import Layer, cumulative, log_decay, logit, softplus
 from derive.mechanisms.softmax import score
 
 
@@ -36,9 +37,28 @@ def reference(t):
     return m * (G - G.mT).exp() * s
 
 
+def decays(p, x):
+    """The layer's data-dependent log-decays ell_t = -softplus(x_t . w_ell) <= 0, (A, S, T)."""
+    return -softplus(logit(p, x, "w_ell"))
+
+
+class SSDLayer(Layer):
+    own = {"w_ell": ("d_in",)}
+
+    def prepare(self, p, x):
+        return {**super().prepare(p, x), "G": cumulative(decays(p, x))}
+
+    def block(self, pre, lo, hi, mask):
+        s = self.scores(pre, lo, hi)
+        return log_decay(pre, lo, hi, s.dtype).masked_fill(~mask, float("-inf")).exp() * s
+
+    def reference_inputs(self, p, x, mask, pre):
+        return {**super().reference_inputs(p, x, mask, pre), "ell": decays(p, x)}
+
+
 MECHANISM = register(Mechanism(
     "ssd", "state-space duality (Mamba-2, RetNet)", score, weight, routing=routing, reference=reference,
-    normalised=False, reference_logits=at_logits(reference),
+    normalised=False, reference_logits=at_logits(reference), layer=SSDLayer(),
     latex=r"w_{ij}=M_{ij}\,e^{G_i-G_j}\,s_{ij},\ s_{ij}=c\,C_i\cdot B_j,\ G_i=\textstyle\sum_t M_{it}\ell_t",
     routing_latex=r"\frac{\partial L}{\partial s_{ij}}=M_{ij}\,e^{G_i-G_j}\,b_{ij}",
     ref="Mamba-2 (arXiv 2405.21060), RetNet (arXiv 2307.08621)",

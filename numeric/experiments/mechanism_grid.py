@@ -32,7 +32,7 @@ import math
 import statistics
 import sys
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 import numpy as np
 import torch
@@ -54,7 +54,7 @@ class GridConfig:
     """The grid: mechanisms x seeds x arms, each seed trained with the sticky experiment's settings (`base`,
     whose own seeds, steps, length and arms are replaced by the grid's)."""
 
-    mechanisms: tuple = ml.MECHANISMS
+    mechanisms: tuple = field(default_factory=ml.names)  # every registered mechanism with a layer
     length: int = 2000
     steps: int = 1000
     seeds: tuple = sticky.PAPER_SEEDS
@@ -68,9 +68,7 @@ class GridConfig:
         positive_ints(self, "length", "steps", "seeds_per_task", "blocks", "checkpoints")
         if self.length < 3:
             raise ValueError(f"GridConfig.length must be >= 3, got {self.length}")
-        unknown = [m for m in self.mechanisms if m not in ml.MECHANISMS]
-        if unknown or not self.mechanisms or len(set(self.mechanisms)) != len(self.mechanisms):
-            raise ValueError(f"GridConfig.mechanisms must be distinct names among {ml.MECHANISMS}, got {self.mechanisms!r}")
+        ml.check_names(self.mechanisms, "GridConfig.mechanisms")
         if tuple(self.arms) != tuple(ARMS):
             raise ValueError(f"GridConfig.arms must be {tuple(ARMS)} (the rule reads both), got {self.arms!r}")
         if not self.seeds or len(set(self.seeds)) != len(self.seeds):
@@ -102,7 +100,7 @@ def learning_rates(mechanism, arms, params):
     """{name: (A, 1, ...) learning rates}: the content lr for the mechanism's content, the routing lr otherwise."""
     out = {}
     for name, p in params.items():
-        which = 1 if name in ml.CONTENT[mechanism] else 0
+        which = 1 if name in ml.content(mechanism) else 0
         lr = torch.tensor([ARMS[a][which] for a in arms], dtype=p.dtype, device=p.device)
         out[name] = lr.view(-1, *([1] * (p.dim() - 1)))
     return out
@@ -113,7 +111,7 @@ def _metrics(probs, y):
     return {"loss": ce.tolist(), "entropy": ent.tolist(), "accuracy": acc.tolist()}
 
 
-def train_task(cfg, mechanism, seeds):
+def train_task(cfg, mechanism, seeds, where=None):
     """Train `mechanism` on `seeds` under every arm of `cfg` (one batched program, torch.autograd) and evaluate it.
 
     Pure: the same numbers for the same arguments in any process (torch runs on one thread inside the call, the
@@ -124,6 +122,7 @@ def train_task(cfg, mechanism, seeds):
     torch.set_num_threads(1)
     large_allocations()
     try:
+        ml.ensure(mechanism, where)  # a user's mechanism, in a worker that has not loaded its file
         return _train(cfg, mechanism, tuple(seeds))
     finally:
         torch.set_num_threads(threads)
@@ -164,7 +163,7 @@ def _train(cfg, mechanism, seeds):
     for step in range(cfg.steps + 1):
         if step in marks:  # the frame (weights at the tracked rows) and the content, outside the timed loop's work
             snaps.append((ml.tracked_weights(mechanism, params, data.x, rows).double(),
-                          torch.cat([params[n].detach().double().flatten(2) for n in ml.CONTENT[mechanism]], -1)))
+                          torch.cat([params[n].detach().double().flatten(2) for n in ml.content(mechanism)], -1)))
         if step == cfg.steps:
             break
         loss = ml.losses(mechanism, params, data.x, data.y, blocks=blocks)
@@ -213,8 +212,9 @@ def tasks(cfg):
     from numeric import campaign
 
     key = cfg.train_key()
-    return [campaign.Task(f"{LABEL}/{m}/seeds={'-'.join(map(str, g))}/{key}", train_task, (cfg, m, g))
-            for m in cfg.mechanisms for g in cfg.groups()]
+    where = {m: ml.source(m) for m in cfg.mechanisms}
+    return [campaign.Task(f"{LABEL}/{ml.task_label(m, where[m])}/seeds={'-'.join(map(str, g))}/{key}", train_task,
+                          (cfg, m, g, where[m])) for m in cfg.mechanisms for g in cfg.groups()]
 
 
 def run(cfg, cache_dir=None, workers=None, scheduler=None, log=print, cluster=None):
@@ -325,7 +325,7 @@ def step_times(cfg, mechanisms=None, steps=3, rounds=3, forms=False, log=None):
         blocks = ml.query_blocks(data.x.shape[-2], cfg.blocks)
         runs = [(m, "quadratic") for m in (mechanisms or cfg.mechanisms)]
         if forms:
-            runs += [(m, "scan") for m in ml.MECHANISMS if "scan" in ml.LAYERS[m].forms and m in (mechanisms or cfg.mechanisms)]
+            runs += [(m, "scan") for m in ml.names() if "scan" in ml.layer(m).forms and m in (mechanisms or cfg.mechanisms)]
         state = {}
         for m, form in runs:
             params = ml.init_params(scfg, m, scfg.seeds, len(cfg.arms), scfg.torch_dtype)

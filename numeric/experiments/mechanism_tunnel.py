@@ -23,7 +23,7 @@ import math
 import sys
 import time
 import zlib
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 import numpy as np
 import torch
@@ -44,7 +44,7 @@ class MechanismTunnelConfig:
     mechanisms, the seeds, the initial scale of every parameter, and the seeds batched in one task."""
 
     tunnel: windtunnel.TunnelConfig = windtunnel.TunnelConfig()
-    mechanisms: tuple = ml.MECHANISMS
+    mechanisms: tuple = field(default_factory=ml.names)  # every registered mechanism with a layer
     seeds: tuple = (0, 1, 2, 3)
     init_std: float = 0.3  # as E5's attention head
     seeds_per_task: int = 4
@@ -53,10 +53,7 @@ class MechanismTunnelConfig:
         self.tunnel.validate()
         positive_ints(self, "seeds_per_task")
         positive(self, "init_std")
-        unknown = [m for m in self.mechanisms if m not in ml.MECHANISMS]
-        if unknown or not self.mechanisms or len(set(self.mechanisms)) != len(self.mechanisms):
-            raise ValueError(f"MechanismTunnelConfig.mechanisms must be distinct names among {ml.MECHANISMS}, "
-                             f"got {self.mechanisms!r}")
+        ml.check_names(self.mechanisms, "MechanismTunnelConfig.mechanisms")
         if len(self.seeds) < 2 or len(set(self.seeds)) != len(self.seeds):
             raise ValueError(f"MechanismTunnelConfig.seeds must hold at least two distinct seeds, got {self.seeds!r}")
         return self
@@ -77,9 +74,9 @@ def init_params(cfg, mechanism, seeds):
     """{name: (A, S, 1, ...)} float64 leaves: every parameter N(0, init_std^2), drawn per (seed, name); the third
     axis broadcasts over the batch of sequences."""
     K, t = cfg.tunnel.symbols, cfg.tunnel
-    sh = ml.shapes(2 * K, t.d_k, t.d_v, K)
+    sh = ml.shapes(mechanism, 2 * K, t.d_k, t.d_v, K)
     out = {}
-    for name in ml.PARAMS[mechanism]:
+    for name in ml.params(mechanism):
         per = []
         for s in seeds:
             g = torch.Generator().manual_seed((int(s) * 1_000_003 + zlib.crc32(name.encode())) % (2 ** 62))
@@ -96,11 +93,12 @@ def _batch(cfg, gens, batch):
     return x, torch.stack([y[:, 1:] for y in ys])[None], ys
 
 
-def train_task(cfg, mechanism, seeds):
+def train_task(cfg, mechanism, seeds, where=None):
     """Both arms of `mechanism` on `seeds` (torch on one thread inside the call), then the evaluation. Pure."""
     threads = torch.get_num_threads()
     torch.set_num_threads(1)
     try:
+        ml.ensure(mechanism, where)  # a user's mechanism, in a worker that has not loaded its file
         return _train(cfg, mechanism, tuple(seeds))
     finally:
         torch.set_num_threads(threads)
@@ -109,7 +107,7 @@ def train_task(cfg, mechanism, seeds):
 def _train(cfg, mechanism, seeds):
     t = cfg.tunnel
     params = init_params(cfg, mechanism, seeds)
-    lrs = {n: torch.tensor([t.lr * (t.value_lr_ratio if a == "em_like" and n in ml.CONTENT[mechanism] else 1.0)
+    lrs = {n: torch.tensor([t.lr * (t.value_lr_ratio if a == "em_like" and n in ml.content(mechanism) else 1.0)
                             for a in ARMS], dtype=torch.float64).view(-1, *([1] * (p.dim() - 1)))
            for n, p in params.items()}
     gens = [torch.Generator().manual_seed(int(s) + 17) for s in seeds]  # the same sequences for every mechanism
@@ -143,8 +141,9 @@ def tasks(cfg):
     from numeric import campaign
 
     key = cfg.key()
-    return [campaign.Task(f"{LABEL}/{m}/seeds={'-'.join(map(str, g))}/{key}", train_task, (cfg, m, g))
-            for m in cfg.mechanisms for g in cfg.groups()]
+    where = {m: ml.source(m) for m in cfg.mechanisms}
+    return [campaign.Task(f"{LABEL}/{ml.task_label(m, where[m])}/seeds={'-'.join(map(str, g))}/{key}", train_task,
+                          (cfg, m, g, where[m])) for m in cfg.mechanisms for g in cfg.groups()]
 
 
 def run(cfg, cache_dir=None, workers=None, scheduler=None, log=print, cluster=None):

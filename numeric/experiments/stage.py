@@ -13,6 +13,7 @@ import time
 import numpy as np
 import torch
 
+from derive import mechanisms
 from derive import profile as profiles
 from derive.results import Check, default_threads
 from numeric import campaign
@@ -648,15 +649,15 @@ class ExperimentStage:
         self.data["mechanisms"] = _plain({
             "grid": which, "config": dataclasses.asdict(cfg), "length": T, "steps": cfg.steps,
             "seeds": list(cfg.seeds), "arms": list(cfg.arms), "learning_rates": mg.ARMS,
-            "routing": {m: list(mg.ml.ROUTING[m]) for m in cfg.mechanisms},
-            "content": {m: list(mg.ml.CONTENT[m]) for m in cfg.mechanisms},
+            "routing": {m: list(mg.ml.routing(m)) for m in cfg.mechanisms},
+            "content": {m: list(mg.ml.content(m)) for m in cfg.mechanisms},
             "competition": labels, "labels_source": source, "mechanisms": summary,
             "rule": {"verdict": rule.verdict, "reason": rule.reason, "measured": rule.measured},
             "controls": {cid: {"kind": kind, "construction": rules.G1_CONSTRUCTIONS[cid], "verdict": r.verdict,
                                "reason": r.reason} for cid, (kind, r) in controls.items()},
             "campaign": {"workers": outcome.workers, "computed": outcome.computed, "cached": outcome.cached,
                          "failed": outcome.failed, "seconds": outcome.seconds, "wall_s": wall},
-            "step_seconds": {k: v["median_s"] for k, v in times.items()}})
+            "step_seconds": {k: v["median_s"] for k, v in times.items()}, "step_reference": mechanisms.PAPER})
         ok = [m for m in cfg.mechanisms if merged.get(m) is not None and merged[m]["finite"]
               and abs(float(np.mean([row[0] for row in merged[m]["losses"][0]])) - math.log(cfg.base.symbols)) < 0.1]
         self._check("experiments/mechanisms/valid", "G1", len(ok) == len(cfg.mechanisms) and not outcome.failed, wall,
@@ -671,11 +672,11 @@ class ExperimentStage:
                          context=f"Competition labels: {source}.")
         _record_controls(self, "G1", controls, rules.G1_CONSTRUCTIONS)  # as the E-rules' controls are
         self._mechanism_tunnel(labels, source)
-        base = times["softmax"]["median_s"] if "softmax" in times else float("nan")
+        base = times[mechanisms.PAPER]["median_s"] if mechanisms.PAPER in times else float("nan")
         for name, t in times.items():
             mech, _, form = name.partition("/")
             ref, ref_s = (("its quadratic form (same sizes, 1 thread)", times[mech]["median_s"]) if form else
-                          ("softmax's training step (same sizes, 1 thread)", base))
+                          (f"{mechanisms.PAPER}'s training step (same sizes, 1 thread)", base))
             self.results.benchmarks.append({
                 "name": f"experiments/mechanism-step/{name}", "device": "cpu", "dtype": cfg.base.dtype,
                 "shape": {"length": T, "arms": len(cfg.arms), "seeds": 1, "blocks": cfg.blocks}, "threads": 1,
