@@ -25,7 +25,7 @@ import time
 import traceback
 from pathlib import Path
 
-from derive import claimfile, options, verdict
+from derive import claimfile, mechanisms, options, verdict
 from derive import claims as registry
 from derive import profile as profiles
 from derive.results import THREAD_ENV, Results, ResultsError, default_threads, environment
@@ -120,8 +120,11 @@ def resolve_threads(requested):
 
 def load_claims(args):
     for path in args.claims:
+        from numeric.experiments import registry as empirical  # a file may register empirical claims too
         from numeric.reference_check import check_reference  # a mechanism's torch reference, checked at load
 
+        mechanisms.builtin()
+        before, before_mechanisms = set(empirical.REGISTRY), set(mechanisms.REGISTRY)
         try:
             added = claimfile.load(path, mechanism_checks=(check_reference,))
         except (FileNotFoundError, claimfile.ClaimFileError) as exc:
@@ -133,7 +136,16 @@ def load_claims(args):
             for cid in added:
                 registry.REGISTRY.pop(cid, None)
             raise UsageError(f"{path}: claim id {', '.join(taken)} is an empirical claim of this project; choose another id")
-        print(f"loaded {len(added)} extra claim(s) from {path}: {', '.join(added) or '-'}")
+        measured = [cid for cid in empirical.REGISTRY if cid not in before]
+        clash = sorted(set(measured) & {c.id for c in registry.claims()})
+        if clash:
+            for cid in measured:
+                empirical.REGISTRY.pop(cid, None)
+            raise UsageError(f"{path}: empirical claim id {', '.join(clash)} is an analytic claim's; choose another id")
+        added = added + measured
+        new = [m for m in mechanisms.REGISTRY if m not in before_mechanisms]
+        print(f"loaded {len(added)} extra claim(s) from {path}: {', '.join(added) or '-'}"
+              + (f"; mechanism(s) {', '.join(new)}" if new else ""))
     known = {c.id for c in registry.claims()}
     wanted = {c.strip() for c in args.claim.split(",") if c.strip()}
     if wanted - known:

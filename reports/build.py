@@ -467,6 +467,10 @@ def experiments_section(results, figures):
                        deep_watch(deep, figures), level=3))
     out.append(Section("mechanism-grid", "G1, G2: does the two-timescale benefit follow the proved structure?",
                        mechanism_grid(grid, figures), level=3))
+    by_id = {c["id"]: c for c in claims}
+    out += [Section(f"measured-{cid}", f"{cid}: {by_id.get(cid, {}).get('name', cid)}",
+                    measured_claim(entry, by_id.get(cid, {})), level=3)
+            for cid, entry in ex.get("measured_claims", {}).items()]
     out += [tex(Section(None, "Experiment checks", level=3)), Table(
         [alt("experiment check", "check"), "status", "seconds", "measured"],
         [[Code(k["id"]), alt(status_badge(k["status"]), k["status"]), fmt(k["seconds"]),
@@ -590,6 +594,21 @@ def mechanism_grid(grid, figures):
                            "rule. The verdicts are the rules' (numeric/experiments/rules.py: g1, g2), their negative and "
                            "positive controls below.", cls="small")),
             *[Figure(n, id=f"fig-{n}") for n in grid["figures"] if n in figures]]
+    return out
+
+
+def measured_claim(entry, claim):
+    """A claim measured from the other experiments' numbers (results.json experiments.measured_claims): its
+    statement, what its section says, its verdict and reason, and every number it measured; its controls are in the
+    controls table."""
+    out = [Paragraph([Emph(claim.get("statement", "")), " (", claim.get("ref", ""), ")."])] if claim else []
+    if entry.get("section"):
+        out.append(Paragraph(entry["section"]))
+    out.append(Paragraph([badge(entry["verdict"]), " ", entry["reason"]]))
+    flat = v.flat_numbers(entry.get("measured", {}))
+    if flat:
+        out.append(Table(["measured", "value"], [[Code(k), fmt(x)] for k, x in flat], num=nums(1), tex_pre=FOOT,
+                         tex=r"@{}L{8cm}r@{}"))
     return out
 
 

@@ -663,3 +663,20 @@ def mu_groups_text(md):
     else:
         label, (lo, hi) = "95% CI over draws", (md.get("speedup_ci95") or [None, None])[:2]
     return {"per_group": "/".join(map(str, per)), "label": label, "lo": lo, "hi": hi}
+
+
+def flat_numbers(measured, prefix=""):
+    """[(dotted key, number)] of every number in a rule's measured dict, lists of up to 8 entries by index: the
+    table of a claim measured from the other experiments (longer lists are curves, shown by their own figures)."""
+    out = []
+    items = measured.items() if isinstance(measured, dict) else (
+        enumerate(measured) if isinstance(measured, list) and len(measured) <= 8 else ())
+    for k, x in items:
+        key = f"{prefix}{k}"
+        if isinstance(x, bool) or not isinstance(x, (int, float, dict, list)):
+            continue
+        if isinstance(x, (dict, list)):
+            out += flat_numbers(x, key + ".")
+        else:
+            out.append((key, x))
+    return out

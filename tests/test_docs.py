@@ -45,13 +45,17 @@ def command_lines(path):
 
 @pytest.fixture
 def clean():
+    from numeric.experiments import registry as empirical
+
     mechanisms.builtin()
-    before, claims = set(mechanisms.REGISTRY), set(registry.REGISTRY)
+    before, claims, measured = set(mechanisms.REGISTRY), set(registry.REGISTRY), set(empirical.REGISTRY)
     yield
     for name in set(mechanisms.REGISTRY) - before:
         del mechanisms.REGISTRY[name]
     for cid in set(registry.REGISTRY) - claims:
         del registry.REGISTRY[cid]
+    for cid in set(empirical.REGISTRY) - measured:
+        del empirical.REGISTRY[cid]
 
 
 def test_every_block_is_marked():
@@ -61,7 +65,8 @@ def test_every_block_is_marked():
 
 
 @pytest.mark.parametrize("page", [p for p in PAGES if blocks(p, "python")], ids=lambda p: p.name)
-def test_every_python_block_runs(page, clean):
+def test_every_python_block_runs(page, clean, monkeypatch):
+    monkeypatch.chdir(ROOT)  # paths in the docs are relative to the repository root, where a reader runs them
     run_page(page)
 
 

@@ -77,3 +77,37 @@ def test_a_rule_fed_non_finite_numbers_fails_its_claim(tmp_path):
     verdict.assign_empirical(r, registry.IDS)
     assert r.checks[0].status == "fail" and r.claims["E6"]["verdict"] == "failed"
     assert r.checks[1].status == "pass" and r.claims["E7"]["verdict"] == "reproduced"
+
+
+def test_a_measured_claim_is_decided_with_its_controls_and_its_faults_stay_its_own(tmp_path):
+    """The experiments stage's claims measured from the other experiments (EmpiricalClaim.measure): one decided with
+    its controls; one whose measure raises, one without a positive control and one whose inputs did not run are
+    their own checks' failures (or skip), and the stage goes on."""
+    from numeric.experiments.stage import ExperimentStage
+
+    ok = lambda m: rules.Rule("reproduced" if m["x"] > 0 else "not-reproduced", f"x = {m['x']}", {"x": m["x"]})
+    make = lambda cid, measure, controls: registry.EmpiricalClaim(
+        cid, cid.lower(), "x is positive", "a test", {}, ("x",), lambda **kw: ok(kw), measure=measure, controls=controls)
+    both = lambda m: {f"{m['id']}/zero": ("negative", ok({"x": 0})), f"{m['id']}/one": ("positive", ok({"x": 1}))}
+    claims = [make("T1", lambda d: {"x": d["x"], "id": "T1"}, both),
+              make("T2", lambda d: {"x": 1 / 0}, both),
+              make("T3", lambda d: {"x": 1, "id": "T3"}, lambda m: {"T3/zero": ("negative", ok({"x": 0}))}),
+              make("T4", lambda d: None, both)]
+    for c in claims:
+        registry.register(c)
+    try:
+        results = Results({})
+        stage = ExperimentStage(results, "quick", "cpu", 0, tmp_path, log=lambda *a, **k: None)
+        stage.data["x"] = 2.0
+        stage.measured_claims()
+    finally:
+        for c in claims:
+            registry.REGISTRY.pop(c.id)
+    status = {c.id: c.status for c in results.checks}
+    assert status == {"experiments/T1/verdict/rule": "pass", "experiments/negative-control/T1/zero": "pass",
+                      "experiments/positive-control/T1/one": "pass", "experiments/T2/verdict/rule": "fail",
+                      "experiments/T3/verdict/rule": "fail", "experiments/T4/verdict/rule": "skipped"}
+    detail = {c.id: c.detail for c in results.checks}
+    assert "ZeroDivisionError" in detail["experiments/T2/verdict/rule"]
+    assert "at least one of each" in detail["experiments/T3/verdict/rule"]
+    assert list(stage.data["measured_claims"]) == ["T1"] and stage.data["measured_claims"]["T1"]["verdict"] == "reproduced"

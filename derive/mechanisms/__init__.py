@@ -4,9 +4,12 @@ A mechanism is a value (`Mechanism`) that `derive.model.AttentionModel` asks for
 routing logit s_ij of query i and key j at the q/k level (`score`) and the weight w_ij as a function of
 the logits and the mask (`weight`). The projections, the mixing o_i = sum_j w_ij v_j, the readout and
 the loss stay written once in the model, so every proof path interprets every mechanism. Each file
-also holds the mechanism's structural claims (derive.mechanisms.questions) and their mutants.
+also holds the mechanism's structural claims (derive.mechanisms.questions) and their mutants, its plain-torch
+reference, the domains of its own leaves and, when it is trained, its layer (derive.mechanisms.layer): the
+experiments loop over the registered mechanisms and never name one.
 
-Adding a mechanism is adding a file here and its name to `BUILTIN`.
+A built-in mechanism is a file here and its name in `BUILTIN`; a user's is a file loaded with `--claims`
+(docs/mechanisms.md), which may hold a layer too.
 """
 from __future__ import annotations
 

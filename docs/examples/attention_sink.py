@@ -5,9 +5,14 @@
 adds the row `sink` to the mechanisms table (results.json `mechanisms`, the report). Every query may also
 attend to a sink: a key with logit beta and a zero value, so w_ij = M_ij e^{s_ij} / (e^beta + sum_k M_ik
 e^{s_ik}) and the weights of the real keys sum to less than 1.
+
+Its `layer` (optional) makes it trainable too: the experiments stage then trains it on the sticky chain beside
+the built-ins (the mechanism grid, results.json `experiments.mechanism_grid`) and in the wind tunnel. The layer
+forms the same weights for a block of query rows; the sink's logit is beta = -log T, the layers' shared bias.
 """
 from derive.mechanisms import Mechanism, Mutant, register
 from derive.mechanisms.forms import advantage, per_key
+from derive.mechanisms.layer import Layer
 from derive.mechanisms.softmax import score
 
 
@@ -26,9 +31,19 @@ def reference(t):
     return e / (e.sum(-1, keepdim=True) + (float(t["beta"]) - top).exp())
 
 
+class SinkLayer(Layer):
+    """Query rows lo:hi over keys 0:hi: the reference's max-shifted softmax over the keys and the sink."""
+
+    def block(self, pre, lo, hi, mask):
+        s = self.scores(pre, lo, hi).masked_fill(~mask, float("-inf"))
+        top = s.amax(-1, keepdim=True).clamp(min=pre["beta"])
+        e = (s - top).exp()
+        return e / (e.sum(-1, keepdim=True) + (pre["beta"] - top).exp())
+
+
 register(Mechanism(
     "sink", "softmax with an attention sink", score, weight, routing=advantage, reference=reference,
-    normalised=False,
+    normalised=False, layer=SinkLayer(),
     latex=r"w_{ij}=\frac{M_{ij}e^{s_{ij}}}{e^{\beta}+\sum_k M_{ik}e^{s_{ik}}}",
     routing_latex=r"\frac{\partial L}{\partial s_{ij}}=w_{ij}\big(b_{ij}-\textstyle\sum_k w_{ik}b_{ik}\big)",
     ref="attention sinks (arXiv 2309.17453)",

@@ -39,7 +39,9 @@ def source(mechanism):
     sha256 of its text), so a task names the file's version (a changed file is never read from the cache)."""
     if mechanism in mechanisms.BUILTIN:
         return None
-    path = mechanisms.LOADED_FROM.get(mechanism)
+    from derive import claimfile
+
+    path = claimfile.LOADED_FROM.get(mechanism)
     if path is None:
         return None  # registered in this process by code, not a file: runs where it is registered
     return path, hashlib.sha256(Path(path).read_bytes()).hexdigest()[:12]

@@ -7,10 +7,11 @@ no other module restates them.
 """
 from __future__ import annotations
 
-from dataclasses import dataclass, field
-from typing import Callable
+import importlib
+import pkgutil
 
 from numeric.experiments import rules
+from numeric.experiments.rules.base import EmpiricalClaim
 
 PAPER = "arXiv 2512.22473"
 PAPER_I = "arXiv 2512.22471"
@@ -18,41 +19,6 @@ PAPER_I = "arXiv 2512.22471"
 # The authors' sticky-chain figures (E1–E3), written once.
 STICKY_FIGURES = {"sgd_final_loss": 2.03, "em_like_final_loss": 1.93, "speedup": 2.3, "speedup_reruns": [2.2, 2.3],
                   "em_steps": 430, "steps": 1000, "h_min": 1.8292}
-
-
-@dataclass(frozen=True)
-class EmpiricalClaim:
-    id: str
-    name: str
-    statement: str  # what the paper says (LaTeX allowed), shown beside our measurement
-    ref: str  # where the paper says it
-    figure: dict  # the paper's numbers ({} where the claim is qualitative)
-    reads: tuple  # the measured quantities the rule takes
-    rule: Callable  # rules.eN: measurements -> rules.Rule
-    thresholds: dict = field(default_factory=dict)  # the rule's thresholds by name (rules module constants)
-    paper: str = ""  # the paper's number in a few words, for the summary beside the measured one ("" where none)
-    headline: Callable = None  # measured dict -> the measured number in a few words (the summary's column)
-
-    def __post_init__(self):
-        if not callable(self.rule):
-            raise ValueError(f"claim {self.id}: rule must be callable")
-        if not self.reads:
-            raise ValueError(f"claim {self.id}: a rule reads at least one measured quantity")
-
-    def catalogue(self):
-        """The facts results.json and the report show for the claim."""
-        return {"name": self.name, "statement": self.statement, "ref": self.ref, "figure": dict(self.figure),
-                "thresholds": dict(self.thresholds), "reads": list(self.reads), "kind": "empirical",
-                "paper": self.paper}
-
-    def headline_of(self, measured):
-        """The measured number in a few words, or "" when this entry has none or the measurement lacks it."""
-        if self.headline is None or not isinstance(measured, dict):
-            return ""
-        try:
-            return self.headline(measured)
-        except (KeyError, TypeError, ValueError, IndexError):
-            return ""
 
 
 def _ci(pair, fmt="{:.2f}", sep="-"):
@@ -195,4 +161,20 @@ register(EmpiricalClaim(
     headline=lambda m: f"KL ratio others/competing {m['ratio']:.2f}x (CI {_ci(m['ratio_ci95'])}, "
                        f"perm. p {m['permutation_p']:.2f})"))
 
+
+
+def discover(package=rules):
+    """Register the CLAIM of every module of `package` (numeric/experiments/rules) that declares one, an
+    EmpiricalClaim measured from the other experiments' numbers: a new claim is one module there, and nothing else
+    names it. The families above are registered by their entries here."""
+    found = []
+    for info in sorted(pkgutil.iter_modules(package.__path__), key=lambda i: i.name):
+        module = importlib.import_module(f"{package.__name__}.{info.name}")
+        claim = getattr(module, "CLAIM", None)
+        if isinstance(claim, EmpiricalClaim) and claim.id not in REGISTRY:
+            found.append(register(claim).id)
+    return found
+
+
+discover()
 IDS = tuple(REGISTRY)

@@ -116,6 +116,7 @@ class ExperimentStage:
         self.tunnel()
         self.deep_model()
         self.mechanisms()
+        self.measured_claims()
         self.negative_controls()
         self.positive_controls()
 
@@ -343,6 +344,19 @@ class ExperimentStage:
         m["E4"] = {"arms": rules.e4_inputs(fp)}
         e4 = REGISTRY["E4"].rule(**m["E4"])
         self._rule_check("E4", "rule", e4.verdict, e4.reason, e4.measured)
+
+    def measured_claims(self):
+        """The claims measured from the other experiments' numbers (a module's CLAIM in numeric/experiments/rules, a
+        user's claims file): each rule on its measurement, with its controls (results.json
+        experiments.measured_claims, one report section each)."""
+        out = {}
+        for claim in REGISTRY.values():
+            if claim.measure is not None:
+                entry = _measured_claim(self, claim)
+                if entry is not None:
+                    out[claim.id] = entry
+        if out:
+            self.data["measured_claims"] = out
 
     def _rule_check(self, cid, label, verdict, reason, measured=None, on="", **extra):
         """The verdict of claim `cid`'s rule on one question (`label`), recorded as a check: derive.verdict
@@ -682,6 +696,34 @@ class ExperimentStage:
                 "shape": {"length": T, "arms": len(cfg.arms), "seeds": 1, "blocks": cfg.blocks}, "threads": 1,
                 "ours_s": t["median_s"], "rounds_s": t["rounds_s"], "reference": ref, "reference_s": ref_s,
                 "ratio": t["median_s"] / ref_s})
+
+
+def _measured_claim(stage, claim):
+    """One claim measured from the other experiments' numbers (EmpiricalClaim.measure): its rule and controls as
+    checks, its entry of results.json experiments.measured_claims; None where its inputs were not run. A claim
+    whose own code raises fails its check and leaves the others be."""
+    cid = claim.id
+    try:
+        measurement = claim.measure(stage.data)
+        if measurement is None:
+            stage.results.record(Check(f"experiments/{cid}/verdict/rule", "experiments", "rule", cid, "skipped", 0.0,
+                                       None, None, "its inputs were not measured in this run"), stage.log)
+            return None
+        rule = claim.rule(**measurement)
+        controls = claim.controls(measurement)
+        kinds = {kind for kind, _ in controls.values()}
+        if not {"negative", "positive"} <= kinds or kinds - {"negative", "positive"}:
+            raise ValueError(f"controls must be negative or positive, at least one of each; got {sorted(kinds)}")
+    except Exception as exc:  # the claim's own code: its failure is its check's, never the stage's
+        stage.results.record(Check(f"experiments/{cid}/verdict/rule", "experiments", "rule", cid, "fail", 0.0,
+                                   None, None, f"{type(exc).__name__}: {exc}"), stage.log)
+        return None
+    stage._rule_check(cid, "rule", rule.verdict, rule.reason, rule.measured)
+    _record_controls(stage, cid, controls, {c: claim.constructions.get(c, "") for c in controls})
+    return {"verdict": rule.verdict, "reason": rule.reason, "measured": _plain(rule.measured),
+            "section": claim.section, "controls": {c: {"kind": kind, "construction": claim.constructions.get(c, ""),
+                                                       "verdict": r.verdict, "reason": r.reason}
+                                                   for c, (kind, r) in controls.items()}}
 
 
 def _record_controls(stage, claim, controls, constructions):
