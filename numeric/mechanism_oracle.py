@@ -107,7 +107,7 @@ def truth(spec, seed=0):
         g = torch.Generator().manual_seed(seed * 7919 + masked)
         labels = {}
         draws = 0
-        for attempt in range(12):
+        for _attempt in range(12):
             if draws == 2:
                 break
             x = _draw(spec, 3 + draws, 2, g)

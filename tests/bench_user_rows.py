@@ -21,12 +21,17 @@ from tests.test_user_mechanisms import FILES, source
 
 prof = QUICK if "--quick" in sys.argv else DEFAULT
 args = [a for a in sys.argv[1:] if not a.startswith("--")]
-d = pathlib.Path(args[0] if args else tempfile.mkdtemp()); d.mkdir(parents=True, exist_ok=True)
+d = pathlib.Path(args[0] if args else tempfile.mkdtemp())
+d.mkdir(parents=True, exist_ok=True)
 paths = []
 for name in FILES:
-    p = d / f"{name}.py"; p.write_text(source(name)); paths.append(p)
+    p = d / f"{name}.py"
+    p.write_text(source(name))
+    paths.append(p)
 p = d / "prior_positive.py"
-p.write_text(source("prior_real", 'leaves={"P": ("n", "n")}, free={"P": ("scores", "qk", "params")}, domains={"P": "positive"}').replace("Mechanism('prior_real'", "Mechanism('prior_positive'")); paths.append(p)
+positive = 'leaves={"P": ("n", "n")}, free={"P": ("scores", "qk", "params")}, domains={"P": "positive"}'
+p.write_text(source("prior_real", positive).replace("Mechanism('prior_real'", "Mechanism('prior_positive'"))
+paths.append(p)
 fuzz = [55, 133] + list(range(0, 13))
 for i in fuzz[: 22 - len(paths)]:
     p = d / f"fz0_{i}.py"

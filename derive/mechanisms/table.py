@@ -54,14 +54,14 @@ def build(results, options, log=print, names=None):
                                  cell["seconds"], _measured(cell),
                                  "proved" if q == "routing" else "decided (proved, disproved or mask-dependent)",
                                  detail=f"{mech.title}: {questions.TITLES[q]}"), log, note=cell["verdict"])
-        extra = _guarded(lambda: questions.decide(mech.name, run, which=questions.extra_identities(mech.name)),
+        extra = _guarded(lambda mech=mech: questions.decide(mech.name, run, which=questions.extra_identities(mech.name)),
                          [n for n, *_ in mech.extra]) if mech.extra else {}
         for name, cell in extra.items():
             results.record(Check(f"derive/mechanisms/{mech.name}/extra/{slug(name)}", "derive", "proof", "",
                                  "pass" if cell["verdict"] == "proved" else "fail", cell["seconds"],
                                  {"verdict": cell["verdict"], "paths": cell.get("paths", {})}, "proved",
                                  detail=f"{mech.title}: {name}"), log, note=cell["verdict"])
-        mutants = _guarded(lambda: _attack(results, mech, run, log), [mu.id for mu in mech.mutants])
+        mutants = _guarded(lambda mech=mech: _attack(results, mech, run, log), [mu.id for mu in mech.mutants])
         table[mech.name] = {"extra": {n: {**c, "latex": latex} for (n, *_, latex), c in zip(mech.extra, extra.values())},
                             "title": mech.title, "latex": mech.latex, "routing_latex": mech.routing_latex,
                             "normalised": mech.normalised, "ref": mech.ref, "questions": cells,
