@@ -23,8 +23,8 @@ from derive.fuzz.generate import generate_one
 PATHS = ("general", "fixed", "rational")
 # Small to large in n, dimensions pairwise distinct in each and every one different between the two: most false
 # claims fail fast at n = 2; what survives meets n = 3. The input width d_x is the costly one (second derivatives at
-# the params level grow with d_x (d_k + d_v)): it is 3, then 2 (with d_x = 6 the second size took 3-16 s per
-# params-level claim and most of the fixed path's time went to its budget).
+# the params level grow with d_x (d_k + d_v)): it is 3, then 2 (at d_x = 6 most of the fixed path's time went to its
+# budget).
 FIXED_GRID = ({"n": 2, "dk": 4, "dv": 5, "m": 6, "dx": 3}, {"n": 3, "dk": 5, "dv": 6, "m": 4, "dx": 2})
 BUDGET_S = 8.0  # seconds per path, claim and mask setting: over it the path is undecided (the fixed path's exact zero test is the slow one)
 PROGRESS_EVERY = 50

@@ -196,8 +196,8 @@ class NumericStage:
         # Dask workers of a local cluster (0 in the profile: one per CPU); one worker runs in this process, sparing
         # the cluster's start-up (about 3 s) on a handful of claims
         workers = {0: None, 1: 0}.get(self.profile.fuzz_jobs, self.profile.fuzz_jobs)
-        # one claim per task: a claim takes 0.1-50 s (the paths' budgets), and tasks of 10 left one straggling
-        # chunk running alone for 2 minutes of a 4-minute run; a round trip costs ~10 ms
+        # one claim per task: claims take from a fraction of a second to the paths' budgets, and tasks of several
+        # claims leave one straggling chunk running alone; a round trip costs far less than a claim
         summary = fuzz.run(self.profile.fuzz_claims, self.seed, workers=workers, log=self.log,
                            budget_s=self.profile.fuzz_budget_s, chunk=1)
         summary.pop("rows", None)  # every claim's outcome: `python -m numeric.fuzz --out FILE` keeps them

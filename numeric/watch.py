@@ -270,7 +270,7 @@ ROW_MAX_MIN_REMAINDER = 8  # see _max_width
 
 def _max_width(S, device):
     """Row width of the buffer the row maxima are taken over. ATen's CPU max reduction handles the last S mod 32
-    entries of each row in scalar code (a max over rows of 31 takes about 5x as long as over 32, measured), so
+    entries of each row in scalar code (a row of 31 costs several times one of 32), so
     on CPU rows are zero-padded to a multiple of 32 when that remainder exceeds ROW_MAX_MIN_REMAINDER."""
     if device.type == "cpu" and S % 32 > ROW_MAX_MIN_REMAINDER:
         return S + 32 - S % 32
@@ -702,9 +702,8 @@ class Watcher:
 
     def _evaluate(self, calls, prev):
         """Records of one step's sites ([call, u, passes] in forward call order), grouped (_group_key) and
-        evaluated a group at a time: one pass of the kernels and reductions per group instead of per site
-        (with 2 sites per step on the demonstration model, 0.4 ms of per-call cost saved per recorded step),
-        and the groups' drift states."""
+        evaluated a group at a time: one pass of the kernels and reductions per group instead of per site (the
+        per-call cost paid once per group), and the groups' drift states."""
         prepared = [(*_prepare(q, k, v, u, mask), scale) for (_, _, q, k, v, _, mask, scale, _), u, _ in calls]
         groups, stats, states = {}, [None] * len(calls), []
         for i, (q, k, *_) in enumerate(prepared):

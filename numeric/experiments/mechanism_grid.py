@@ -133,9 +133,8 @@ def large_allocations():
 
     Dask's nanny starts every worker with MALLOC_TRIM_THRESHOLD_=65536 (distributed.nanny.pre-spawn-environ), and
     setting any threshold switches off glibc's dynamic ones: the mmap threshold stays at 128 KiB, so every block of
-    a step is mapped afresh and page-faulted: measured 2.1-2.3x the step time in a worker (softmax, T = 999: 44-50
-    ms against 20 ms; SSD, T = 1999: 291 ms against 157 ms). Set in the process the task runs in (its numbers do not
-    depend on it); a no-op where the C library is not glibc."""
+    a step is mapped afresh and page-faulted, which about doubles the step time in a worker. Set in the process the
+    task runs in (its numbers do not depend on it); a no-op where the C library is not glibc."""
     import ctypes
     import ctypes.util
 

@@ -143,9 +143,8 @@ def init_params(cfg, device):
 
 
 # The inner widths d_k and d_v are padded with zero columns to a multiple of LANE while training (`padded`): the
-# step's products alpha @ V and dS @ K then have 16 columns, which the CPU's matrix kernels run 3-4x faster than 10 or
-# 15 (measured on this project's 2-core CPU, float32, one thread, a 125 x 1000 block of 10 runs: alpha @ V 0.60 ms at
-# 16 columns against 1.68 ms at 15 and 1.95 ms at 10). The padding is exact: the padded columns of Q, K and V and the
+# step's products alpha @ V and dS @ K then have 16 columns, which a CPU's matrix kernels run several times faster
+# than 10 or 15 (their vector lanes are full). The padding is exact: the padded columns of Q, K and V and the
 # padded row of W_O are zero, so the scores, outputs and loss are those of the unpadded model, and every gradient
 # on them is zero (dQ = dS K, dK = dS^T Q, dV = alpha^T u with u = (p - y) W_O^T / n, dW_O = o^T (p - y) / n), so
 # they stay zero. A run's record holds the unpadded parameters.
