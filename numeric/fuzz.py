@@ -16,6 +16,7 @@ import json
 import sys
 import time
 
+from derive import mechanisms
 from derive.fuzz.generate import generate_one
 
 # -- running the paths against the oracle --------------------------------------------------------
@@ -208,8 +209,8 @@ def _mechanisms(rows, paths):
     """Per mechanism: claims, true claims, cases by label, and per path the share of true cases proved (or held),
     of false cases disproved, of all defined cases decided as labelled, and its false verdicts."""
     out = {}
-    for name in sorted(dict.fromkeys(r.get("mechanism", "softmax") for r in rows), key=_mechanism_order):
-        mine = [r for r in rows if r.get("mechanism", "softmax") == name]
+    for name in sorted(dict.fromkeys(r.get("mechanism", mechanisms.PAPER) for r in rows), key=_mechanism_order):
+        mine = [r for r in rows if r.get("mechanism", mechanisms.PAPER) == name]
         cases = [c for r in mine for c in r["cases"]]
         true = [c for c in cases if c["true"] is True]
         false = [c for c in cases if c["true"] is False]
@@ -238,7 +239,7 @@ def _mechanism_order(name):
 
 def _false_verdict(row, case, path):
     res = case["paths"][path]
-    return {"claim": row["name"], "mechanism": row.get("mechanism", "softmax"), "path": path, "masked": case["masked"],
+    return {"claim": row["name"], "mechanism": row.get("mechanism", mechanisms.PAPER), "path": path, "masked": case["masked"],
             "verdict": res["status"],
             "truth": "true" if case["true"] else "false", "gap": case["gap"], "level": row["level"], "family": row["family"],
             "description": f"{row['description']}: {row['claim']}", "measured": res["measured"]}

@@ -93,7 +93,7 @@ def draw_in_domain(domain, shape, g):
 class World:
     """One random draw: leaves, scalars, mask and every forward quantity, at one level, for one mechanism."""
 
-    def __init__(self, level, sizes, masked, one_hot, seed, mechanism="softmax"):
+    def __init__(self, level, sizes, masked, one_hot, seed, mechanism=mechanisms.PAPER):
         g = torch.Generator().manual_seed(seed)
         self.mech = mechanisms.get(mechanism)
         self.sizes, self.level = mechanism_sizes(self.mech, sizes), level
@@ -293,7 +293,7 @@ def distinct_sizes(rng, avoid=None, dims=DIMS):
             return sizes
 
 
-def drawn_dims(mechanism="softmax"):
+def drawn_dims(mechanism=mechanisms.PAPER):
     """The dims the oracle draws for a claim: the model's and the mechanism's free ones (experts)."""
     return DIMS + tuple(d for d, v in mechanisms.get(mechanism).dims.items() if not v)
 
@@ -303,7 +303,7 @@ def gap(claim, masked, sizes, one_hot, seed):
     scale = largest finite magnitude of any subterm. The gap is None where no entry is defined: a side divides
     by 0 there (a mixture of experts' EM step for an expert no token selected), and an identity says nothing
     where it is undefined, as no proof path claims it there."""
-    world = World(claim.level, sizes, masked, one_hot, seed, getattr(claim, "mechanism", "softmax"))
+    world = World(claim.level, sizes, masked, one_hot, seed, getattr(claim, "mechanism", mechanisms.PAPER))
     ev = Evaluator(world)
     env = dict(claim.free)
     names = tuple(v for v, _ in claim.free)
@@ -326,7 +326,7 @@ def label(claim, masked, seed):
     Returns {true, gap, gaps, sizes, one_hot_only}; `gap` is the larger relative gap of the two labelling draws.
     `true` is None (undefined) when neither draw has an entry where both sides are defined (see `gap`)."""
     rng = random.Random(f"numeric.oracle:{seed}")
-    dims = drawn_dims(getattr(claim, "mechanism", "softmax"))
+    dims = drawn_dims(getattr(claim, "mechanism", mechanisms.PAPER))
     first = distinct_sizes(rng, dims=dims)
     second = distinct_sizes(rng, avoid=first, dims=dims)
     with torch.enable_grad():

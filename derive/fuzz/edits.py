@@ -79,7 +79,7 @@ def names(t):
     return out
 
 
-def ix_dims(t, mechanism="softmax"):
+def ix_dims(t, mechanism=mechanisms.PAPER):
     """Index ranges of a quantity, leaf or derivative under the claim's mechanism (its options' axis)."""
     if isinstance(t, Q):
         return qdims(t.name, mechanism) or ()
@@ -88,7 +88,7 @@ def ix_dims(t, mechanism="softmax"):
     return leaf_dims(t.name, mechanism) or ()
 
 
-def claim_dims(mechanism="softmax"):
+def claim_dims(mechanism=mechanisms.PAPER):
     """The ranges a claim about this mechanism may name: the model's and the mechanism's own."""
     return DIMS + tuple(mechanisms.get(mechanism).dims)
 
@@ -262,13 +262,13 @@ CORRUPTIONS = (c_transpose, c_reindex, c_wrong_sum, c_drop_factor, c_drop_term, 
 # -- truth-preserving rewrites -------------------------------------------------------------------
 
 
-def definition(s, level, fresh, mechanism="softmax"):
+def definition(s, level, fresh, mechanism=mechanisms.PAPER):
     """The model's own definition of a named quantity, one level down (None where it is a leaf)."""
     n, ix = s.name, s.ix
     if n in ("q", "k", "v") and level == "params":
         w, x = {"q": "WQ", "k": "WK", "v": "WV"}[n], fresh("dx")
         return Sum(x, "dx", mul(leaf("X", ix[0], x), leaf(w, x, ix[1])))
-    if mechanism != "softmax":
+    if mechanism != mechanisms.PAPER:
         return _mechanism_definition(s, level, fresh, mechanisms.get(mechanism))
     if n == "s" and level in ("qk", "params"):
         h = fresh("dk")
@@ -352,7 +352,7 @@ def r_commute(rng, claim, side):
 def r_mask_in(rng, claim, side):
     t = getattr(claim, side)
     spots = [(p, s) for p, s, _ in walk(t, {}) if isinstance(s, Q) and s.name == "alpha"]
-    masks_weights = claim.mechanism == "softmax" or is_attention(mechanisms.get(claim.mechanism))  # w = M w
+    masks_weights = claim.mechanism == mechanisms.PAPER or is_attention(mechanisms.get(claim.mechanism))  # w = M w
     spot = _pick(rng, spots) if claim.level in SOFT and masks_weights else None
     if spot:
         p, s = spot

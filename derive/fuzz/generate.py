@@ -53,11 +53,11 @@ SCALARS = ("c", "eta")
 def schedule():
     """One round of mechanism slots: softmax, two others, softmax, two others, ... (softmax 4 of 10 with the
     six other built-ins)."""
-    others = [m.name for m in mechanisms.builtin() if m.name != "softmax"]
+    others = [m.name for m in mechanisms.builtin() if m.name != mechanisms.PAPER]
     out = []
     for n in range(0, len(others), 2):
-        out += ["softmax", *others[n:n + 2]]
-    return tuple(out + ["softmax"])
+        out += [mechanisms.PAPER, *others[n:n + 2]]
+    return tuple(out + [mechanisms.PAPER])
 
 
 def mechanism_of(index):
@@ -66,7 +66,7 @@ def mechanism_of(index):
     return slots[index % len(slots)]
 
 
-def _var_ix(var, fresh, share=(), mechanism="softmax"):
+def _var_ix(var, fresh, share=(), mechanism=mechanisms.PAPER):
     return tuple(share[n] if n < len(share) else fresh(d) for n, d in enumerate(leaf_dims(var, mechanism) or ()))
 
 
@@ -97,7 +97,7 @@ def _lift(rng, index, pool=LIFTABLE):
                    rhs=rhs, description=f"d/d{var} of both sides of {claim.description}"), t
 
 
-def _hessian(rng, index, mechanism="softmax"):
+def _hessian(rng, index, mechanism=mechanisms.PAPER):
     """Symmetry of a second derivative of L, or one that vanishes because L does not depend on c or eta."""
     level = rng.choice(mechanism_levels(mechanism))
     xs = free_leaves(level, mechanism) + scalar_variables(level, mechanism)
@@ -184,12 +184,12 @@ def _model_variables(level, mechanism):
 
 def _leaves_ok(level, mechanism):
     """Leaves whose entries the model and the oracle both read as independent draws at this level."""
-    if mechanism == "softmax":
+    if mechanism == mechanisms.PAPER:
         return LEVELS[level] | {"WO", "Y", "Delta"}
     return LEVELS[level] | {"WO", "Y", "Delta", "X"} | set(mechanisms.get(mechanism).leaves)
 
 
-def _node_problems(s, sc, level, mechanism="softmax"):
+def _node_problems(s, sc, level, mechanism=mechanisms.PAPER):
     out = []
     if isinstance(s, Grad) and not involves_model(s.f):
         out.append(f"{show(s)}: derivative of a constant")
@@ -207,7 +207,7 @@ def _node_problems(s, sc, level, mechanism="softmax"):
             out.append(f"{show(s)}: index out of scope or of the wrong range")
     if isinstance(s, Q) and level not in qlevels(s.name, mechanism):
         out.append(f"{s.name} is not defined the same way at level {level}")
-    if isinstance(s, DGrad) and s.name not in (LEVELS[level] | set(SCALARS) if mechanism == "softmax"
+    if isinstance(s, DGrad) and s.name not in (LEVELS[level] | set(SCALARS) if mechanism == mechanisms.PAPER
                                                else _model_variables(level, mechanism) - {"WO", "Y", "Delta"}):
         out.append(f"{s.name} is not free at level {level}")
     if isinstance(s, Grad) and s.name not in _model_variables(level, mechanism):
@@ -247,7 +247,7 @@ def generate_one(seed, index):
     """Claim number `index` of the run with this seed (independent of every other claim)."""
     rng = random.Random(f"derive.fuzz:{seed}:{index}")
     mechanism = mechanism_of(index)
-    if mechanism == "softmax" and rng.random() < 0.75:
+    if mechanism == mechanisms.PAPER and rng.random() < 0.75:
         claim, template = _base(rng, index)
     else:
         claim, template = _mechanism_base(rng, index, mechanism)

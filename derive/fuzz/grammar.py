@@ -157,7 +157,7 @@ def is_attention(mech):
 
 def mechanism_levels(name):
     """The levels at which a mechanism's claims are drawn: where its logits are free or computed."""
-    if name == "softmax":
+    if name == mechanisms.PAPER:
         return ALL
     mech = mechanisms.get(name)
     if is_attention(mech):
@@ -165,16 +165,16 @@ def mechanism_levels(name):
     return tuple(level for level in SOFT if any(level in levels for levels in mech.free.values()))
 
 
-def qdims(name, mechanism="softmax"):
+def qdims(name, mechanism=mechanisms.PAPER):
     """Index ranges of a named quantity under a mechanism (None: not a quantity)."""
-    if mechanism == "softmax":
+    if mechanism == mechanisms.PAPER:
         return QDIMS.get(name)
     return quantity_dims(mechanisms.get(mechanism).axis).get(name)
 
 
-def qlevels(name, mechanism="softmax"):
+def qlevels(name, mechanism=mechanisms.PAPER):
     """The levels at which the model and the oracle define the quantity `name` alike, under a mechanism."""
-    if mechanism == "softmax":
+    if mechanism == mechanisms.PAPER:
         return QLEVELS.get(name, ())
     mech, levels = mechanisms.get(mechanism), mechanism_levels(mechanism)
     if name in ("s", "e"):
@@ -184,7 +184,7 @@ def qlevels(name, mechanism="softmax"):
     return levels if name in QDIMS else ()
 
 
-def leaf_dims(name, mechanism="softmax"):
+def leaf_dims(name, mechanism=mechanisms.PAPER):
     """Index ranges of a leaf of the model or of the mechanism (None: no such leaf)."""
     return {**LEAVES, **mechanisms.get(mechanism).leaves}.get(name)
 
@@ -313,7 +313,7 @@ class Claim:
     mask_algebra: str = "boolean"
     intended: bool = True  # what the generator meant; the oracle decides
     family: str = ""  # which generator made it (FAMILIES)
-    mechanism: str = "softmax"  # the routing mechanism of the model it is about (derive.mechanisms)
+    mechanism: str = mechanisms.PAPER  # the routing mechanism of the model it is about (derive.mechanisms)
 
     @property
     def name(self):
@@ -344,7 +344,7 @@ class Template:
     loss: str = "any"
     mask_algebra: str = "boolean"
     mutants: tuple = ()  # (description, wrong closed side)
-    mechanism: str = "softmax"
+    mechanism: str = mechanisms.PAPER
     intended: bool = True  # false for a comparison the generator does not expect to hold (another form)
 
 

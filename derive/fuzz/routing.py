@@ -40,11 +40,11 @@ from derive.mechanisms import forms, questions
 from derive.model import LEVELS
 
 
-def free_leaves(level, mechanism="softmax"):
+def free_leaves(level, mechanism=mechanisms.PAPER):
     """The leaves a claim at this level may differentiate by that the mechanism's forward reads (the level's
     own and the mechanism's own free leaves; for a mechanism whose options are not keys, the input X at the
     params level and its own leaves only)."""
-    if mechanism == "softmax":
+    if mechanism == mechanisms.PAPER:
         return sorted(LEVELS[level])
     mech = mechanisms.get(mechanism)
     own = {n for n, levels in mech.free.items() if level in levels}
@@ -62,13 +62,13 @@ def reads_beta(mechanism):
     return weight is not None and Scalar("beta") in _walk(weight)
 
 
-def scalar_variables(level, mechanism="softmax"):
+def scalar_variables(level, mechanism=mechanisms.PAPER):
     """c where the logits are computed from q and k; beta where the weight reads it."""
-    c = ["c"] if level in ("qk", "params") and (mechanism == "softmax" or is_attention(mechanisms.get(mechanism))) else []
-    return c + (["beta"] if mechanism != "softmax" and reads_beta(mechanism) else [])
+    c = ["c"] if level in ("qk", "params") and (mechanism == mechanisms.PAPER or is_attention(mechanisms.get(mechanism))) else []
+    return c + (["beta"] if mechanism != mechanisms.PAPER and reads_beta(mechanism) else [])
 
 
-def variables(level, scalars=True, mechanism="softmax"):
+def variables(level, scalars=True, mechanism=mechanisms.PAPER):
     """What a claim at this level may differentiate by: its free leaves, the readout's, c (and beta)."""
     out = sorted(set(free_leaves(level, mechanism)) | {"WO", "Y"})
     return out + (scalar_variables(level, mechanism) if scalars else [])
