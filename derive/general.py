@@ -153,7 +153,8 @@ class GeneralBackend(AttentionModel):
 
 # The largest sizes the general path tries when it looks for sizes off the roots of a size polynomial (a witness
 # search there is cheap: the rational evaluator at two random points per size, well under a second per size for the
-# paper's gradients and Hessians at these sizes; see `sizes_off_roots`). A polynomial that vanishes at every size up to these leaves the path undecided.
+# paper's gradients and Hessians at these sizes; see `sizes_off_roots`). A polynomial that vanishes at every size up
+# to these leaves the path undecided.
 SEARCH_LIMITS = {"n": 10, "dk": 8, "dv": 8, "m": 8, "dx": 8}
 SEARCH_LIMIT_OTHER = 8  # a mechanism's own dims (experts, ...)
 # The ranges the rational path draws from (`derive.rational.draw_sizes`): a dim the polynomial does not read keeps

@@ -2,7 +2,7 @@
 cell's verdict checked against the independent torch oracle (numeric.mechanism_oracle).
 
 Each mechanism is rendered, checked as a claims file's would be (derive.mechanisms.check), registered for the
-moment it is decided, and its six cells decided exactly as the derive stage decides a user's row
+moment it is decided, and its seven cells decided exactly as the derive stage decides a user's row
 (derive.mechanisms.table: every proof path, both mask settings). A cell's verdict is FALSE when, in some mask
 setting, it says proved where the oracle finds the identity false, or disproved where the oracle finds it true;
 for the saturation bound, when a printed witness does not violate the bound rebuilt in torch, or a proved bound
@@ -19,11 +19,11 @@ import json
 import sys
 import time
 
-QUESTIONS = ("routing", "advantage", "competition", "content", "em_step", "saturation")
+QUESTIONS = ("routing", "advantage", "competition", "content", "em_step", "saturation", "content_routing")
 CHUNK = 6  # mechanisms per campaign task
 # the table's budgets of the default profile (derive.profile: mechanism_budget_s, mechanism_fixed_budget_s)
 OPTIONS = {"grid": [{"n": 3, "dk": 2, "dv": 2, "m": 2, "dx": 2}], "points": 2, "budget_s": 4.0, "fixed_budget_s": 1.5}
-ROWS_FORMAT = 1
+ROWS_FORMAT = 2
 SETTINGS = ("unmasked", "masked")
 
 
@@ -85,6 +85,8 @@ def run_one(spec, seed):
             wrong = []
         elif q == "saturation":
             wrong = _false_saturation(spec, cell, seed)
+        elif q == "content_routing":  # proved: it routes by content; the oracle's truth says whether it does
+            wrong = _false_identity(cell, truth.setdefault(q, oracle.content_routing(spec, seed)))
         else:
             wrong = _false_identity(cell, truth[q])
         out[q] = {"verdict": cell["verdict"], "settings": cell.get("settings", {}),

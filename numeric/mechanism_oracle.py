@@ -10,6 +10,8 @@ causal mask j <= i):
   sum_j dL/ds_ij = 0; content: dL/dv_j = sum_i w_ij u_i; em_step: C10's completed square at a random step;
   each labelled true iff the largest gap is within MARGIN of the largest magnitude at two random draws
   (n = 3 and 4, every leaf inside its declared domain), None where both draws are singular;
+- content_routing: whether some d^2 w_ij / dq_ia dk_jb (s = c q . k) is not zero beyond MARGIN of the weight's
+  first derivatives, at two random draws (`content_routing`: true where the mechanism routes by content);
 - saturation: `replay` evaluates C9's two sides at a printed witness (exactly its point), `search` looks for a
   violation at random and adversarial in-domain points (families of one high logit, +-1 compatibilities).
 """
@@ -121,6 +123,42 @@ def truth(spec, seed=0):
                 labels[q] = labels.get(q, True) and ok
         for q in ("routing", "advantage", "competition", "content", "em_step"):
             out.setdefault(q, {})["masked" if masked else "unmasked"] = labels.get(q) if draws else None
+    return out
+
+
+def content_routing(spec, seed=0, dk=2):
+    """{"unmasked", "masked": True where some d^2 w_ij / dq_ia dk_jb is not zero at a random draw (s_ij = c q_i . k_j),
+    False where none is at two draws, None where both draws are singular}."""
+    out = {}
+    for masked in (False, True):
+        g = torch.Generator().manual_seed(seed * 7919 + 31 + masked)
+        found, draws = False, 0
+        for _attempt in range(12):
+            if draws == 2 or found:
+                break
+            n = 3 + draws
+            x = _draw(spec, n, 2, g)
+            q = torch.randn(n, dk, generator=g, dtype=D).requires_grad_()
+            k = torch.randn(n, dk, generator=g, dtype=D).requires_grad_()
+            c = 0.3 + torch.rand((), generator=g, dtype=D)
+            w = weights(spec, c * q @ k.T, x["leaf"], x["beta"], _mask(n, masked))
+            if not torch.isfinite(w).all():
+                continue
+            mixed, first = [], []
+            for i in range(n):
+                for j in range(n):
+                    gq, gk = torch.autograd.grad(w[i, j], (q, k), create_graph=True)
+                    first += [gq.abs().max().detach(), gk.abs().max().detach()]
+                    for b in range(dk):
+                        (h,) = torch.autograd.grad(gk[j, b], q, retain_graph=True, allow_unused=True)
+                        if h is not None:
+                            mixed.append(h[i].abs().max().detach())
+            if not all(torch.isfinite(t) for t in mixed + first):
+                continue
+            draws += 1
+            scale = max(max(float(t) for t in first), 1e-300)
+            found = bool(mixed) and max(float(t) for t in mixed) > MARGIN * scale
+        out["masked" if masked else "unmasked"] = True if found else (False if draws else None)
     return out
 
 

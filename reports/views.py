@@ -359,20 +359,22 @@ def grid_view(experiments, claims):
         return None
     verdict = {c.get("id"): c for c in claims if c.get("id") in ("G1", "G2")}
     comp, tunnel = mg.get("competition", {}), (mg.get("tunnel") or {})
+    routes = mg.get("content_routing", {})
     tm = tunnel.get("mechanisms", {})
     steps = mg.get("step_seconds", {})
     base = steps.get(mg.get("step_reference", "softmax"))  # the paper's mechanism, as the stage names it
     rows = []
     for m, s in mg["mechanisms"].items():
         if s.get("failed"):
-            rows.append([m, "failed"] + [DASH] * 8)
+            rows.append([m, "failed"] + [DASH] * 9)
             continue
         a, t = s.get("arms", {}), tm.get(m, {})
         te = (t.get("arms") or {}) if not t.get("failed") else {}
         kl = lambda arm, te=te: (f"{_num(te[arm]['kl_bits'], 4)} ({_interval(te[arm]['kl_bits_ci95'], 4)})"  # noqa: E731
                                  if arm in te else DASH)
         step = steps.get(m)
-        rows.append([m, {True: "yes (proved)", False: "no (disproved)"}.get(comp.get(m), "undecided"),
+        yes_no = lambda x: {True: "yes (proved)", False: "no (disproved)"}.get(x, "undecided")  # noqa: E731
+        rows.append([m, yes_no(comp.get(m)), yes_no(routes.get(m)),
                      f"{_num(a.get('sgd', {}).get('final_loss'), 4)} / {_num(a.get('em_like', {}).get('final_loss'), 4)}",
                      f"{_num(s.get('speedup'), 2)} ({_interval(s.get('ci95'), 2)})",
                      f"{s.get('excess', 0):+.2f} ({_interval(s.get('excess_ci95'), 2)})" if "excess" in s else DASH,
@@ -397,7 +399,7 @@ def grid_view(experiments, claims):
             "verdicts": [{"id": cid, "verdict": verdict.get(cid, {}).get("verdict", "not-run"),
                           "reason": verdict.get(cid, {}).get("evidence", ""),
                           "statement": verdict.get(cid, {}).get("statement", "")} for cid in ("G1", "G2")],
-            "header": ["mechanism", "keys compete", "final loss SGD / EM-like (nats)", "speedup (95% CI)",
+            "header": ["mechanism", "keys compete", "routes by content", "final loss SGD / EM-like (nats)", "speedup (95% CI)",
                        "excess over identical arms (95% CI)", "held-out KL to Bayes, EM-like (bits)",
                        "tunnel KL, SGD (bits, 95% CI)", "tunnel KL, EM-like (bits, 95% CI)",
                        "E4: frame settles first", "step time / softmax's"],
@@ -513,7 +515,7 @@ def mechanisms_view(results):
             verdict = cell.get("verdict", "undecided")
             w = cell.get("witness")
             anchor = ""
-            if verdict in ("disproved", "mask-dependent") and isinstance(w, dict):
+            if isinstance(w, dict):  # a counterexample (content_routing's: the point that proves it routes)
                 witnesses.append(_witness_view(name, q, w))
                 anchor = witnesses[-1]["anchor"]
             reason = cell.get("reason") or ""
@@ -541,6 +543,10 @@ def mechanisms_view(results):
     return {"questions": questions, "rows": rows, "witnesses": witnesses, "mutants": mutants,
             "mutant_paths": mutant_paths, "extras": extras, "conjecture": _conjecture(rows, meta),
             "rejected": sum(m["all_rejected"] for m in mutants), "seconds": data.get("seconds"),
+            "content_routing_controls": [{"name": n, "description": _obj(c).get("description", ""),
+                                          "expected": _obj(c).get("expected", ""), "verdict": _obj(c).get("verdict", ""),
+                                          "ok": _obj(c).get("verdict") == _obj(c).get("expected")}
+                                         for n, c in _obj(data.get("content_routing_controls")).items()],
             "path_seconds": {p: s for p, s in _obj(data.get("path_seconds")).items()
                              if isinstance(s, (int, float)) and not isinstance(s, bool)}}
 

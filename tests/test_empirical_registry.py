@@ -105,9 +105,12 @@ def test_a_measured_claim_is_decided_with_its_controls_and_its_faults_stay_its_o
             registry.REGISTRY.pop(c.id)
     status = {c.id: c.status for c in results.checks}
     assert status == {"experiments/T1/verdict/rule": "pass", "experiments/negative-control/T1/zero": "pass",
-                      "experiments/positive-control/T1/one": "pass", "experiments/T2/verdict/rule": "fail",
-                      "experiments/T3/verdict/rule": "fail", "experiments/T4/verdict/rule": "skipped"}
+                      "experiments/positive-control/T1/one": "pass", "experiments/T2/measure": "fail",
+                      "experiments/T3/measure": "fail", "experiments/T4/measure": "skipped"}
     detail = {c.id: c.detail for c in results.checks}
-    assert "ZeroDivisionError" in detail["experiments/T2/verdict/rule"]
-    assert "at least one of each" in detail["experiments/T3/verdict/rule"]
+    assert "ZeroDivisionError" in detail["experiments/T2/measure"]
+    assert "at least one of each" in detail["experiments/T3/measure"]
+    by = {cid: [c for c in results.checks if c.claim == cid] for cid in ("T1", "T2", "T4")}
+    assert verdict.empirical(by["T1"])["verdict"] == "reproduced"
+    assert verdict.empirical(by["T2"])["verdict"] == "failed" and verdict.empirical(by["T4"])["verdict"] == "not-run"
     assert list(stage.data["measured_claims"]) == ["T1"] and stage.data["measured_claims"]["T1"]["verdict"] == "reproduced"

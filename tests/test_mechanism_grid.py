@@ -80,14 +80,18 @@ def test_profiles_carry_the_grids_and_validate_them():
         profiles.QUICK.replace("experiments", mechanism_grid=(50, 3, (1, 2)))
 
 
-def test_competition_labels_from_the_table_or_decided_by_the_general_path():
+def test_structural_labels_from_the_table_or_decided_here():
     table = {"table": {"softmax": {"questions": {"competition": {"verdict": "proved"}}},
                        "sigmoid": {"questions": {"competition": {"verdict": "disproved"}}}}}
     labels, source = mg.competition_labels(table, ("softmax", "sigmoid"))
     assert labels == {"softmax": True, "sigmoid": False} and "derive stage" in source
     labels, source = mg.competition_labels(None, ml.names())
     assert labels == {"softmax": True, "sigmoid": False, "linear": True, "ssd": False, "gate": True, "lstm": False,
-                      "moe": True} and "general path" in source
+                      "moe": True} and "decided here" in source
+    # the paper's partition: routing by content between positions (attention and SSD), not a token's own options
+    labels, source = mg.content_routing_labels(None, ml.names())
+    assert labels == {"softmax": True, "sigmoid": True, "linear": True, "ssd": True, "gate": False, "lstm": False,
+                      "moe": False} and "decided here" in source
 
 
 # -- the rule --------------------------------------------------------------------------------------------------------

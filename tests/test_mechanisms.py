@@ -41,11 +41,35 @@ def test_the_table_says_which_mechanisms_route_by_advantage(built):
     per-key weights do neither, and its own form w(1 - w) b is proved instead. All three have
     responsibility-weighted content and the EM-normalised step."""
     verdicts = {n: {q: c["verdict"] for q, c in row["questions"].items()} for n, row in built[1].items()}
+    # content_routing: attention and SSD weigh a key by its relation to the query; a gate's, an LSTM's and the
+    # experts' weights are over a token's own options
+    routes = {"softmax": "proved", "linear": "proved", "gate": "disproved", "moe": "disproved", "sigmoid": "proved",
+              "ssd": "proved", "lstm": "disproved"}
     for name in ("softmax", "linear", "gate", "moe"):  # normalised: a softmax over keys, options or experts
-        assert verdicts[name] == dict.fromkeys(questions.COLUMNS, "proved"), name
+        assert verdicts[name] == {**dict.fromkeys(questions.COLUMNS, "proved"), "content_routing": routes[name]}, name
     for name in ("sigmoid", "ssd", "lstm"):  # unnormalised: per-key (sigmoid, LSTM) or linear (SSD) in the logit
         assert verdicts[name] == {"routing": "proved", "advantage": "disproved", "competition": "disproved",
-                                  "content": "proved", "em_step": "proved", "saturation": "disproved"}, name
+                                  "content": "proved", "em_step": "proved", "saturation": "disproved",
+                                  "content_routing": routes[name]}, name
+
+
+@pytest.mark.parametrize("name", ["softmax", "ssd"])
+def test_content_routing_is_proved_by_a_witness_that_rechecks(built, name):
+    """The witness that proves a mechanism routes by content is a certified point where the blind identity
+    d^2 w_ij / dq_ia dk_jb = 0 fails: rebuilt, it fails there again."""
+    cell = built[1][name]["questions"]["content_routing"]
+    w = Witness(**{k: (tuple(v) if k == "indices" else v) for k, v in cell["witness"].items()})
+    assert_reproduces(questions.blind(name), w)
+
+
+def test_content_routing_controls_come_out_as_built(built):
+    """Mechanisms built blind (a key-only or a query-only logit) are disproved, a rank-one query-key relation is
+    proved, options normalised over every row stay undecided: the cell says both, and says which it cannot."""
+    controls = built[0].derive["mechanisms"]["content_routing_controls"]
+    assert {n: c["verdict"] for n, c in controls.items()} == {
+        "key-only": "disproved", "query-only": "disproved", "factored": "proved", "options-over-rows": "undecided"}
+    checks = [c for c in built[0].checks if c.id.startswith("derive/mechanisms/content-routing-control/")]
+    assert len(checks) == 4 and all(c.status == "pass" for c in checks)
 
 
 @pytest.mark.parametrize("name", ["sigmoid", "ssd", "lstm"])
@@ -141,7 +165,7 @@ def test_a_claims_file_mechanism_gets_its_row(loaded):
     rows = table.build(results, OPTIONS, log=lambda *a: None, names=["sink"])
     verdicts = {q: c["verdict"] for q, c in rows["sink"]["questions"].items()}
     assert verdicts == {"routing": "proved", "advantage": "proved", "competition": "disproved",
-                        "content": "proved", "em_step": "proved", "saturation": "undecided"}
+                        "content": "proved", "em_step": "proved", "saturation": "undecided", "content_routing": "proved"}
     # C9's proof needs S3 (the weights sum to 1), which the sink breaks, and no counterexample exists in the
     # searched families (the sink is an option of value 0: the bound does hold): undecided, and said so
     cell = rows["sink"]["questions"]["saturation"]

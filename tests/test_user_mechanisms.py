@@ -9,7 +9,7 @@ import pytest
 import torch
 
 from derive import mechanisms
-from derive.mechanisms import table
+from derive.mechanisms import questions, table
 from derive.results import Results
 
 OPTIONS = {"grid": [{"n": 3, "dk": 2, "dv": 2, "m": 2, "dx": 2}], "points": 2, "seed": 0, "budget_s": 60}
@@ -245,7 +245,7 @@ def test_a_weight_a_path_cannot_run_is_that_cell_s_error_not_the_table_s(loaded,
     and a cell that could not be decided reads error with its message and fails its check."""
     results, row = _row(loaded, tmp_path, "sympy_fn")
     cells = row["questions"]
-    assert set(cells) == {"routing", "advantage", "competition", "content", "em_step", "saturation"}
+    assert set(cells) == set(questions.COLUMNS)
     assert cells["saturation"]["verdict"] == "error" and "SympifyError" in cells["saturation"]["reason"]
     assert all(c["verdict"] in ("undecided", "error") for c in cells.values())  # never a guess
     for q, cell in cells.items():

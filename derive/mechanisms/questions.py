@@ -10,6 +10,16 @@ logits s and its content v, at general size:
 - em_step:     J_j(Delta) - J_j(Delta*) = N_j/(2 eta) ||Delta - Delta*||^2 with N_j = sum_i w_ij and
                Delta* = -eta sum_i w_ij u_i / N_j         (the EM-normalised content step, C10)
 
+and one property, decided from an identity the same way:
+
+- content_routing: the weight query i puts on position j depends on position j's content relative to the query:
+               for weights over positions, d^2 w_ij / dq_ia dk_jb is not identically zero (proved by a certified
+               witness where it is not; disproved when the identity d^2 w_ij / dq_ia dk_jb = 0 is proved at
+               general size); for weights over a token's own options (a gate's, experts: axis other than n), no
+               weight reads another position's logits (sum_j (dw_io/ds_jp)^2 - (dw_io/ds_ip)^2 = 0) is proved, and
+               the cell is disproved: a token's own content choosing among its options is not routing between
+               positions (CONTENT_ROUTING_CONTROLS: mechanisms built blind must come out disproved)
+
 Each mask setting (none; a mask) is decided on its own: `proved` when the general path proves the identity
 and no path has a witness against it, `disproved` when some path has a certified witness, else `undecided`;
 a path that proves what another disproves is an inconsistency (`failed`). The cell is their common verdict,
@@ -24,8 +34,10 @@ from derive.mechanisms.forms import advantage
 from derive.prove import PATHS
 
 QUESTIONS = ("routing", "advantage", "competition", "content", "em_step")
-COLUMNS = QUESTIONS + ("saturation",)  # the table's; saturation is an inequality (derive.mechanisms.saturation)
-TITLES = {"saturation": "C9's saturation bound",
+# the table's; saturation is an inequality (derive.mechanisms.saturation), content_routing a property decided from
+# an identity it negates (content_routing_cell)
+COLUMNS = QUESTIONS + ("saturation", "content_routing")
+TITLES = {"saturation": "C9's saturation bound", "content_routing": "routes by content between positions",
           "routing": "its exact routing gradient", "advantage": "routes by advantage", "competition": "keys compete",
           "content": "responsibility-weighted content", "em_step": "EM-normalised content step"}
 LATEX = {
@@ -33,6 +45,7 @@ LATEX = {
     "advantage": r"\frac{\partial L}{\partial s_{ij}} = w_{ij}\big(b_{ij}-\textstyle\sum_k w_{ik}b_{ik}\big)",
     "competition": r"\textstyle\sum_j \frac{\partial L}{\partial s_{ij}} = 0",
     "content": r"\frac{\partial L}{\partial v_j} = \textstyle\sum_i w_{ij}u_i",
+    "content_routing": r"\frac{\partial^2 w_{ij}}{\partial q_{ia}\,\partial k_{jb}} \not\equiv 0",
     "em_step": r"J_j(\Delta_j)-J_j(\Delta^*_j)=\tfrac{N_j}{2\eta}\|\Delta_j-\Delta^*_j\|^2,\ "
                r"\Delta^*_j=-\eta\,\tfrac{\sum_i w_{ij}u_i}{N_j}",
 }
@@ -162,3 +175,103 @@ def decide(mechanism: str, run, masks=(False, True), which=None):
             "seconds": round(sum(o.seconds for o in outcomes.values()), 4),
             "path_seconds": {p: round(sum(o.seconds for (q, _), o in outcomes.items() if q == p), 4) for p in PATHS}}
     return table
+
+
+def blind(mechanism: str):
+    """The identity whose proof says the mechanism does not route by content between positions (content_routing).
+    Over positions (axis n), at the q/k level: d^2 w_ij / dq_ia dk_jb = 0. Over a token's own options, at the scores
+    level: sum_j (dw_io/ds_jp)^2 - (dw_io/ds_ip)^2 = 0, no weight reads another position's logits (a sum of squares:
+    no cancellation between positions)."""
+    mech = mechanisms.get(mechanism)
+    if mech.axis == "n":
+        return Identity("content_routing", ("n", "n", "dk", "dk"), "qk",
+                        lambda m, i, j, a, b: m.grad(m.grad(m.alpha(i, j), "k", j, b), "q", i, a),
+                        lambda m, i, j, a, b: 0, r"\frac{\partial^2 w_{ij}}{\partial q_{ia}\partial k_{jb}} = 0",
+                        mechanism=mechanism)
+    axis, logit = mech.axis, mech.logit_leaf
+
+    def other_rows(m, i, o, p):
+        d = lambda j: m.grad(m.alpha(i, o), logit, j, p)
+        return m.sum("n", lambda j: d(j) ** 2) - d(i) ** 2
+
+    return Identity("content_routing", ("n", axis, axis), "scores", other_rows, lambda m, i, o, p: 0,
+                    r"\sum_{j\ne i}\big(\partial w_{io}/\partial s_{jp}\big)^2 = 0", mechanism=mechanism)
+
+
+# The blind identity's verdict -> the content_routing cell's: a certified witness against blindness proves the
+# mechanism routes by content; a proof of blindness disproves it.
+_NEGATED = {"proved": "disproved", "disproved": "proved"}
+
+
+def content_routing_cell(mechanism: str, run):
+    """The content_routing cell: the blind identity decided as every question is, its verdict negated, with why."""
+    mech = mechanisms.get(mechanism)
+    cell = decide(mechanism, run, which={"content_routing": blind(mechanism)})["content_routing"]
+    verdict = cell["verdict"]
+    if mech.axis != "n" and verdict == "disproved":
+        # weights over options that read other positions' logits: routing between positions of some kind, but not
+        # the query/key relation the question is about: said as undecided, with why
+        return {**cell, "verdict": "undecided", "witness": None, "settings": dict.fromkeys(cell["settings"], "undecided"),
+                "reason": f"its weights are over its own options ({mech.axis}) yet read other positions' logits "
+                          "(certified); whether that is content-based routing is not decided here"}
+    out = {**cell, "verdict": _NEGATED.get(verdict, verdict),
+           "settings": {k: _NEGATED.get(v, v) for k, v in cell["settings"].items()}}
+    if verdict == "disproved":
+        out["reason"] = "a certified point where d^2 w_ij / dq_ia dk_jb is not zero (the witness)"
+    elif verdict == "proved":
+        out["reason"] = ("d^2 w_ij / dq_ia dk_jb = 0 proved at general size: no weight depends on a key relative to "
+                         "its query" if mech.axis == "n" else
+                         f"its weights are over its own options ({mech.axis}), never over positions, and no weight "
+                         "reads another position's logits (proved at general size)")
+    elif verdict == "mask-dependent":
+        out["reason"] = "blind to the keys' content unmasked (proved), routes by content under a mask (certified witness)"
+    return out
+
+
+# Mechanisms built to answer the content_routing question one way, so the cell is seen to say both (negative and
+# positive controls): (name, its weight's logit, axis, expected verdict, what it is).
+def _key_only(m, i, j):
+    return m.c * m.sum("dk", lambda a: m.k(j, a))
+
+
+def _query_only(m, i, j):
+    return m.c * m.sum("dk", lambda a: m.q(i, a) ** 2)
+
+
+def _factored(m, i, j):
+    return m.c * m.sum("dk", lambda a: m.q(i, a)) * m.sum("dk", lambda a: m.k(j, a))
+
+
+CONTENT_ROUTING_CONTROLS = (
+    ("key-only", _key_only, "disproved", "softmax over s_ij = c sum_a k_ja: each key's logit ignores the query"),
+    ("query-only", _query_only, "disproved", "softmax over s_ij = c |q_i|^2: every key alike for a query"),
+    ("factored", _factored, "proved", "softmax over s_ij = c (sum_a q_ia)(sum_b k_jb): a rank-one query-key relation"),
+    ("options-over-rows", None, "undecided",
+     "a two-option gate normalised over every position's options: reads other rows' logits"),
+)
+
+
+def content_routing_controls(run):
+    """{control: {verdict, expected, description, reason}}: each control mechanism registered for the decision only."""
+    from dataclasses import replace
+
+    from derive.mechanisms.gate import MECHANISM as GATE
+    from derive.mechanisms.softmax import MECHANISM as SOFTMAX
+
+    out = {}
+    for name, score, expected, description in CONTENT_ROUTING_CONTROLS:
+        key = "content_routing_control_" + name.replace("-", "_")
+        base, changes = (SOFTMAX, {"score": score}) if score is not None else (GATE, {"weight": _over_rows})
+        mech = replace(base, name=key, title=description, mutants=(), extra=(), layer=None, **changes)
+        mechanisms.REGISTRY[key] = mech
+        try:
+            cell = content_routing_cell(key, run)
+        finally:
+            del mechanisms.REGISTRY[key]
+        out[name] = {"verdict": cell["verdict"], "expected": expected, "description": description,
+                     "reason": cell["reason"]}
+    return out
+
+
+def _over_rows(m, i, o):
+    return m.exp(m.s(i, o)) / m.sum("n", lambda k: m.sum("g", lambda p: m.exp(m.s(k, p))))

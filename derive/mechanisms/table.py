@@ -67,12 +67,17 @@ def build(results, options, log=print, names=None):
                             "normalised": mech.normalised, "ref": mech.ref, "questions": cells,
                             "domains": {leaf: mech.domain(leaf) for leaf in mech.leaves},
                             "mutants": mutants, "seconds": round(time.perf_counter() - started, 3)}
+    controls = _guarded(lambda: _content_routing_controls(results, run, log), ["error"])
+    if "error" in controls:  # the controls could not be built: that is a failing check, never a silent gap
+        results.record(Check("derive/mechanisms/content-routing-control", "derive", "negative-control", "", "fail",
+                             0.0, controls["error"]["reason"], "every control as built"), log)
     table_s = round(time.perf_counter() - t0, 3)
     paths = {p: round(sum(c.get("path_seconds", {}).get(p, 0) for row in table.values()
                           for c in row["questions"].values()), 3) for p in PATHS}
     results.derive["mechanisms"] = {"questions": {q: {"title": questions.TITLES[q], "latex": questions.LATEX.get(q, "")}
                                                   for q in questions.COLUMNS},
-                                    "table": table, "seconds": table_s, "path_seconds": paths}
+                                    "table": table, "seconds": table_s, "path_seconds": paths,
+                                    "content_routing_controls": controls}
     results.benchmarks.append({"name": "derive/mechanisms/general-path-total", "device": "cpu", "dtype": "exact",
                                "shape": "symbolic sizes", "ours_s": paths["general"], "reference": "budget 10 s",
                                "reference_s": GENERAL_BUDGET_S, "ratio": round(paths["general"] / GENERAL_BUDGET_S, 4)})
@@ -111,7 +116,26 @@ def _cells(mech, run, seed):
         cells["saturation"] = saturation.decide(mech.name, cells["advantage"], run, seed)
     except Exception as exc:
         cells["saturation"] = _error(exc, t0)
+    t0 = time.perf_counter()
+    try:
+        cells["content_routing"] = questions.content_routing_cell(mech.name, run)
+    except Exception as exc:
+        cells["content_routing"] = _error(exc, t0)
     return cells
+
+
+def _content_routing_controls(results, run, log):
+    """The content_routing cell on mechanisms built to answer it one way (questions.CONTENT_ROUTING_CONTROLS), each
+    a negative-control check: it must come out as built."""
+    t0 = time.perf_counter()
+    controls = questions.content_routing_controls(run)
+    seconds = round((time.perf_counter() - t0) / max(1, len(controls)), 4)
+    for name, c in controls.items():
+        results.record(Check(f"derive/mechanisms/content-routing-control/{name}", "derive", "negative-control", "",
+                             "pass" if c["verdict"] == c["expected"] else "fail", seconds,
+                             {"verdict": c["verdict"], "reason": c["reason"]}, c["expected"], detail=c["description"],
+                             part="content_routing", outcome=c["verdict"]), log, note=c["verdict"])
+    return controls
 
 
 def _measured(cell):

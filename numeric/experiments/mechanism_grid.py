@@ -444,31 +444,46 @@ def main(argv=None, prog="python -m numeric.experiments.mechanism_grid"):
 
 # -- the structural labels ----------------------------------------------------------------------------------------
 def competition_labels(table, names):
-    """({mechanism: True / False}, source): whether each mechanism's keys compete (its `competition` cell is proved),
-    from the derive stage's table (results.json `mechanisms`) when it holds the mechanism; else decided here by the
-    general path (masked and unmasked: proved by both -> True; a certified witness -> False). A mechanism whose
-    cell is undecided gets no label (left out of the comparison)."""
+    """({mechanism: True / False}, source): whether each mechanism's keys compete (its `competition` cell is proved);
+    see structural_labels."""
+    return structural_labels(table, names, "competition")
+
+
+def content_routing_labels(table, names):
+    """({mechanism: True / False}, source): whether each mechanism routes by content between positions (its
+    `content_routing` cell, the paper's partition); see structural_labels."""
+    return structural_labels(table, names, "content_routing")
+
+
+def structural_labels(table, names, question):
+    """({mechanism: True / False}, source): each mechanism's `question` cell (proved -> True, disproved -> False)
+    from the derive stage's table (results.json `mechanisms`) when it holds the mechanism; else decided here (masked
+    and unmasked). A mechanism whose cell is undecided gets no label (left out of the comparison)."""
     labels, sources = {}, set()
     rows = (table or {}).get("table", {})
     for m in names:
-        cell = rows.get(m, {}).get("questions", {}).get("competition", {})
+        cell = rows.get(m, {}).get("questions", {}).get(question, {})
         if cell.get("verdict") in ("proved", "disproved"):
             labels[m] = cell["verdict"] == "proved"
             sources.add("the derive stage's table (results.json mechanisms)")
             continue
-        verdict = _decide_competition(m)
+        verdict = _decide(m, question)
         if verdict in ("proved", "disproved"):
             labels[m] = verdict == "proved"
-        sources.add("decided here by the general path (the derive stage's table was not in results.json)")
+        sources.add("decided here (the derive stage's table was not in results.json)")
     return labels, "; ".join(sorted(sources))
 
 
-def _decide_competition(name):
-    from derive.mechanisms import questions
+def _decide(name, question):
+    from derive.mechanisms import questions, table
     from derive.prove import run_path
 
-    identity = questions.identities(name)["competition"]
-    outcomes = [run_path("general", identity, masked, f"mechanism {name} / competition", {"seed": 0, "budget_s": 60.0})
+    if question == "content_routing":  # a witness decides it: every path runs
+        run = table._run({"grid": [{"n": 3, "dk": 2, "dv": 2, "m": 2, "dx": 2}], "points": 2, "seed": 0,
+                          "budget_s": 60.0, "fixed_budget_s": 10.0})
+        return questions.content_routing_cell(name, run)["verdict"]
+    identity = questions.identities(name)[question]
+    outcomes = [run_path("general", identity, masked, f"mechanism {name} / {question}", {"seed": 0, "budget_s": 60.0})
                 for masked in (False, True)]
     if any(o.status == "disproved" for o in outcomes):
         return "disproved"

@@ -571,7 +571,7 @@ class ExperimentStage:
         rule = REGISTRY["E5"].rule(out)
         self._rule_check("E5", "rule", rule.verdict, rule.reason, rule.measured)
 
-    def _mechanism_tunnel(self, labels, source):
+    def _mechanism_tunnel(self, labels, source, routes=None):
         """Every mechanism in E5's wind tunnel under both arms (numeric.experiments.mechanism_tunnel, a campaign on
         the stage's cluster, cached under DIR/cache/mechanism-tunnel; --extended: E5's own steps and batch), and the
         G2 rule on the EM-like arm's KL to Bayes against the competition labels, with its controls."""
@@ -585,10 +585,13 @@ class ExperimentStage:
         kl = {m: summary[m]["arms"][rules.G2_ARM]["kl_bits_per_seed"] for m in ok}
         measurement = {"kl": kl, "competition": labels, "seed": self.seed}
         rule = REGISTRY["G2"].rule(**measurement)
+        by_content = REGISTRY["G2"].rule(**{**measurement, "competition": routes or {}}, group="content-routing")
         controls = rules.g2_controls(measurement)
         self.data["mechanisms"]["tunnel"] = _plain({
             "config": dataclasses.asdict(cfg), "mechanisms": summary, "labels_source": source,
             "rule": {"verdict": rule.verdict, "reason": rule.reason, "measured": rule.measured},
+            "rule_by_content_routing": {"verdict": by_content.verdict, "reason": by_content.reason,
+                                        "measured": by_content.measured},
             "controls": {cid: {"kind": kind, "construction": rules.G2_CONSTRUCTIONS[cid], "verdict": r.verdict,
                                "reason": r.reason} for cid, (kind, r) in controls.items()},
             "campaign": {"workers": outcome.workers, "computed": outcome.computed, "cached": outcome.cached,
@@ -601,6 +604,9 @@ class ExperimentStage:
                            "tasks_cached": outcome.cached}, {"finite": True}, detail=on)
         self._rule_check("G2", "rule", rule.verdict, rule.reason, rule.measured, on=on, seeds=len(cfg.seeds),
                          context=f"Competition labels: {source}.")
+        self._rule_check("G2", "content-routing", by_content.verdict, by_content.reason, by_content.measured,
+                         on="the same runs, partitioned by the content_routing cell (the paper's partition)",
+                         seeds=len(cfg.seeds))
         _record_controls(self, "G2", controls, rules.G2_CONSTRUCTIONS)
 
     # -- W1: E4 in a deep model ---------------------------------------------------------------------------
@@ -652,8 +658,11 @@ class ExperimentStage:
         wall = time.perf_counter() - t0
         summary = mg.summarise(cfg, merged)
         labels, source = mg.competition_labels(self.results.derive.get("mechanisms"), cfg.mechanisms)
+        routes, _ = mg.content_routing_labels(self.results.derive.get("mechanisms"), cfg.mechanisms)
         measurement = {"curves": mg.curves(merged), "competition": labels, "steps": cfg.steps, "seed": self.seed}
         rule = REGISTRY["G1"].rule(**measurement)
+        # the paper's partition: the same rule with the content_routing cell's labels (restated, not the claim's own)
+        by_content = REGISTRY["G1"].rule(**{**measurement, "competition": routes}, group="content-routing")
         for m, x in rule.measured["mechanisms"].items():
             summary[m].update({k: x[k] for k in ("competition", "speedup", "ci95", "baseline", "excess", "excess_ci95",
                                                  "gains")})
@@ -665,8 +674,10 @@ class ExperimentStage:
             "seeds": list(cfg.seeds), "arms": list(cfg.arms), "learning_rates": mg.ARMS,
             "routing": {m: list(mg.ml.routing(m)) for m in cfg.mechanisms},
             "content": {m: list(mg.ml.content(m)) for m in cfg.mechanisms},
-            "competition": labels, "labels_source": source, "mechanisms": summary,
+            "competition": labels, "content_routing": routes, "labels_source": source, "mechanisms": summary,
             "rule": {"verdict": rule.verdict, "reason": rule.reason, "measured": rule.measured},
+            "rule_by_content_routing": {"verdict": by_content.verdict, "reason": by_content.reason,
+                                        "measured": by_content.measured},
             "controls": {cid: {"kind": kind, "construction": rules.G1_CONSTRUCTIONS[cid], "verdict": r.verdict,
                                "reason": r.reason} for cid, (kind, r) in controls.items()},
             "campaign": {"workers": outcome.workers, "computed": outcome.computed, "cached": outcome.cached,
@@ -684,8 +695,11 @@ class ExperimentStage:
                          on=f"{len(rule.measured['mechanisms'])} mechanisms x {len(cfg.seeds)} seeds, T = {T}, "
                             f"{cfg.steps} steps ({which})", seeds=len(cfg.seeds),
                          context=f"Competition labels: {source}.")
+        self._rule_check("G1", "content-routing", by_content.verdict, by_content.reason, by_content.measured,
+                         on="the same runs, partitioned by the content_routing cell (the paper's partition)",
+                         seeds=len(cfg.seeds))
         _record_controls(self, "G1", controls, rules.G1_CONSTRUCTIONS)  # as the E-rules' controls are
-        self._mechanism_tunnel(labels, source)
+        self._mechanism_tunnel(labels, source, routes)
         base = times[mechanisms.PAPER]["median_s"] if mechanisms.PAPER in times else float("nan")
         for name, t in times.items():
             mech, _, form = name.partition("/")
@@ -706,7 +720,7 @@ def _measured_claim(stage, claim):
     try:
         measurement = claim.measure(stage.data)
         if measurement is None:
-            stage.results.record(Check(f"experiments/{cid}/verdict/rule", "experiments", "rule", cid, "skipped", 0.0,
+            stage.results.record(Check(f"experiments/{cid}/measure", "experiments", "experiment", cid, "skipped", 0.0,
                                        None, None, "its inputs were not measured in this run"), stage.log)
             return None
         rule = claim.rule(**measurement)
@@ -715,7 +729,7 @@ def _measured_claim(stage, claim):
         if not {"negative", "positive"} <= kinds or kinds - {"negative", "positive"}:
             raise ValueError(f"controls must be negative or positive, at least one of each; got {sorted(kinds)}")
     except Exception as exc:  # the claim's own code: its failure is its check's, never the stage's
-        stage.results.record(Check(f"experiments/{cid}/verdict/rule", "experiments", "rule", cid, "fail", 0.0,
+        stage.results.record(Check(f"experiments/{cid}/measure", "experiments", "experiment", cid, "fail", 0.0,
                                    None, None, f"{type(exc).__name__}: {exc}"), stage.log)
         return None
     stage._rule_check(cid, "rule", rule.verdict, rule.reason, rule.measured)

@@ -58,7 +58,7 @@ def g1_relabelings(labels):
     return [{m: m in chosen for m in names} for chosen in itertools.combinations(names, k)]
 
 
-def g1(curves, competition, steps, seed=0, resamples=G1_RESAMPLES, label_sets=None):
+def g1(curves, competition, steps, seed=0, resamples=G1_RESAMPLES, label_sets=None, group="competing"):
     """G1 (ours): the EM-like schedule's gain follows the proved structure: mechanisms whose keys compete gain more
     than mechanisms whose keys do not.
 
@@ -67,6 +67,8 @@ def g1(curves, competition, steps, seed=0, resamples=G1_RESAMPLES, label_sets=No
     competition: {mechanism: bool}, True where the mechanism's competition cell is proved (a mechanism without a
     label is left out). label_sets: labellings to judge instead of `competition`, one per bootstrap replicate in
     turn (the shuffled-labels control passes every relabelling with the same group sizes; D is then their mean).
+    group: what the reason calls the mechanisms labelled True ("competing"; "content-routing" when the labels are
+    the content_routing cell's).
 
     Per mechanism: speedup of em_like over sgd and of sgd over itself (E1's definition), both on the same
     resampled seeds; the excess = speedup - identical-arms speedup, with its expanded percentile interval
@@ -107,7 +109,7 @@ def g1(curves, competition, steps, seed=0, resamples=G1_RESAMPLES, label_sets=No
     else:
         p = float("nan")
         measured.update(permutation_p=None, relabelings=len(sets), separated=None)
-    return _g1_verdict(measured, comp, other, sets, label_sets is None, d_point, dlo, dhi, p, n)
+    return _g1_verdict(measured, comp, other, sets, label_sets is None, d_point, dlo, dhi, p, n, group)
 
 
 def _g1_arrays(curves, competition, label_sets):
@@ -169,7 +171,7 @@ def _g1_difference(excess, excess_point, sets, kept, resamples, n):
     return d_point, dlo, dhi
 
 
-def _g1_verdict(measured, comp, other, sets, proved_labels, d_point, dlo, dhi, p, n):
+def _g1_verdict(measured, comp, other, sets, proved_labels, d_point, dlo, dhi, p, n, group="competing"):
     """The one branch of G1's verdict that fires, with its reason."""
     gains = {m: measured["mechanisms"][m]["gains"] for m in comp + other}
 
@@ -177,16 +179,16 @@ def _g1_verdict(measured, comp, other, sets, proved_labels, d_point, dlo, dhi, p
         x = measured["mechanisms"][m]
         return f"{m} {x['speedup']:.2f}x (excess {x['excess']:+.2f}, CI {x['excess_ci95'][0]:+.2f} to {x['excess_ci95'][1]:+.2f})"
 
-    head = (f"competing [{'; '.join(fmt(m) for m in comp)}] vs not [{'; '.join(fmt(m) for m in other)}]: "
+    head = (f"{group} [{'; '.join(fmt(m) for m in comp)}] vs not [{'; '.join(fmt(m) for m in other)}]: "
             if proved_labels else f"labels: {len(sets)} relabelings averaged: ")
     head += (f"difference of mean excess speedups {d_point:+.2f} (95% expanded CI {dlo:+.2f} to {dhi:+.2f}, {n} seeds)"
              + (f", permutation p {p:.3f} over {measured['relabelings']} relabelings" if proved_labels else "")
              + (f"; left out: {', '.join(measured['left_out'])}" if measured["left_out"] else ""))
     if not dlo > G1_MARGIN:
-        return Rule("not-reproduced", f"{head}: the interval reaches {G1_MARGIN} (G1_MARGIN), the competing mechanisms "
+        return Rule("not-reproduced", f"{head}: the interval reaches {G1_MARGIN} (G1_MARGIN), the {group} mechanisms "
                                       f"do not gain more than the others", measured)
     if all(gains[m] for m in comp) and p <= G1_PERM_P:
-        return Rule("reproduced", f"{head}: the competing mechanisms gain more, every one of them gains, and no "
+        return Rule("reproduced", f"{head}: the {group} mechanisms gain more, every one of them gains, and no "
                                   f"other partition separates the gains as well", measured)
     best = p <= 1.0 / measured["relabelings"] + 1e-12  # the proved partition separates best, yet p > G1_PERM_P
     perm = (f"with {measured['relabelings']} relabelings the permutation test cannot reach p <= {G1_PERM_P} "
@@ -194,7 +196,7 @@ def _g1_verdict(measured, comp, other, sets, proved_labels, d_point, dlo, dhi, p
             f"another partition separates the gains as well or better (p {p:.3f} > {G1_PERM_P})")
     why = [w for w, bad in ((f"{', '.join(m for m in comp if not gains[m])} do(es) not gain beyond identical arms",
                              not all(gains[m] for m in comp)), (perm, p > G1_PERM_P)) if bad]
-    return Rule("partly-reproduced", f"{head}: the competing mechanisms gain more on average, but {' and '.join(why)}",
+    return Rule("partly-reproduced", f"{head}: the {group} mechanisms gain more on average, but {' and '.join(why)}",
                 measured)
 
 
