@@ -149,3 +149,25 @@ def test_g2_verdicts():
     assert "ssd" in out.measured["left_out"] and "ssd" not in out.measured["mechanisms"]
     with pytest.raises(ValueError, match="same seeds"):
         rules.g2({**k["kl"], "ssd": [0.2, 0.2]}, k["competition"])
+
+
+def test_the_bijection_task_trains_every_chosen_mechanism_with_its_floors_beside():
+    """--task bijection: the same campaign on bijection recall (numeric.experiments.bijection): every mechanism's KL
+    to the exact Bayes predictive, at the key positions and the accuracy where the answer was shown, and the floors
+    on the same held-out sequences, ordered as they see less; its tasks are cached apart from the wind tunnel's."""
+    from numeric.experiments import bijection
+
+    cfg = mt.MechanismTunnelConfig(tunnel=bijection.BijectionConfig(values=4, pairs=6, batch=4, steps=3, eval_batch=8,
+                                                                      d_k=4, d_v=5),
+                                   mechanisms=("softmax", "lstm"), seeds=(0, 1), seeds_per_task=2)
+    summary, outcome = mt.run(cfg, workers=0, **QUIET)
+    assert not outcome.failed and set(summary) == {"softmax", "lstm"}
+    for s in summary.values():
+        for arm in mt.ARMS:
+            e = s["arms"][arm]
+            assert e["kl_bits"] > 0 and e["kl_bits_queries"] > 0 and 0 <= e["accuracy_seen"] <= 1
+        f = s["floors"]
+        assert f["prior"]["kl_bits"] > f["no_context"]["kl_bits"] > f["counts"]["kl_bits"] > 0
+    assert summary["softmax"]["floors"] == summary["lstm"]["floors"]  # the same sequences for every mechanism
+    assert cfg.key() != dataclasses.replace(TINY, mechanisms=("softmax", "lstm")).key()
+    assert "floor counts" in mt.table(summary)

@@ -9,11 +9,16 @@ value_lr_ratio x lr, routing and the readout at lr), every mechanism on the same
 parameters drawn by (seed, parameter name). Reported per mechanism, arm and seed: the KL from the Bayes predictive
 to the model's (bits, on fresh evaluation sequences), the entropy error (bits) and the final training loss.
 
+The task may also be bijection recall (numeric.experiments.bijection, `--task bijection`: `tunnel` a
+BijectionConfig): the same training, its exact Bayes predictive, and beside the models its floors (the prior, the
+no-context and the counts-only predictors) on the same held-out sequences, the KL at the key positions and the
+accuracy where the answer was shown.
+
 One Dask task per mechanism and group of seeds (`train_task`, pure, both arms batched), cached under
 DIR/cache/mechanism-tunnel/.
 
-    python -m numeric.experiments.mechanism_tunnel [--quick | --extended] [--workers N | --scheduler ADDRESS]
-                                                   [--out DIR]
+    python -m numeric.experiments.mechanism_tunnel [--quick | --extended] [--task windtunnel|bijection]
+                                                   [--workers N | --scheduler ADDRESS] [--out DIR]
 """
 from __future__ import annotations
 
@@ -28,14 +33,20 @@ from dataclasses import dataclass, field
 import numpy as np
 import torch
 
-from numeric.experiments import chain, windtunnel
+from numeric.experiments import bijection, chain, windtunnel
 from numeric.experiments import mechanism_layers as ml
 from numeric.experiments import stats as st
 from numeric.experiments.config import positive, positive_ints
 
 LABEL = "mechanism-tunnel"
 ARMS = ("sgd", "em_like")
-RESULT = "t1"  # what a task returns, named in its cache key
+RESULT = "t2"  # what a task returns, named in its cache key (t2: the task's own scores and floors)
+TASKS = {"windtunnel": windtunnel, "bijection": bijection}
+
+
+def task_of(cfg):
+    """The task module `cfg.tunnel` configures (sample, inputs, bayes_predictive; bijection also floors, scores)."""
+    return bijection if isinstance(cfg.tunnel, bijection.BijectionConfig) else windtunnel
 
 
 @dataclass(frozen=True)
@@ -43,7 +54,7 @@ class MechanismTunnelConfig:
     """The wind tunnel's task and optimiser (`tunnel`: E5's TunnelConfig; its seed is replaced by `seeds`), the
     mechanisms, the seeds, the initial scale of every parameter, and the seeds batched in one task."""
 
-    tunnel: windtunnel.TunnelConfig = windtunnel.TunnelConfig()
+    tunnel: object = windtunnel.TunnelConfig()  # or a bijection.BijectionConfig
     mechanisms: tuple = field(default_factory=ml.names)  # every registered mechanism with a layer
     seeds: tuple = (0, 1, 2, 3)
     init_std: float = 0.3  # as E5's attention head
@@ -66,7 +77,7 @@ class MechanismTunnelConfig:
         from derive import __version__
 
         fields = {k: v for k, v in dataclasses.asdict(self).items() if k not in ("mechanisms", "seeds", "seeds_per_task")}
-        blob = repr((fields, ARMS, RESULT, __version__))
+        blob = repr((fields, task_of(self).__name__, ARMS, RESULT, __version__))
         return hashlib.sha256(blob.encode()).hexdigest()[:12]
 
 
@@ -88,8 +99,9 @@ def init_params(cfg, mechanism, seeds):
 
 def _batch(cfg, gens, batch):
     """(x (1, S, B, T, 2K), y (1, S, B, T)): one batch of sequences per seed, from that seed's generator."""
-    ys = [windtunnel.sample(cfg.tunnel, batch, g) for g in gens]
-    x = torch.stack([windtunnel.inputs(cfg.tunnel, y) for y in ys])[None]
+    task = task_of(cfg)
+    ys = [task.sample(cfg.tunnel, batch, g) for g in gens]
+    x = torch.stack([task.inputs(cfg.tunnel, y) for y in ys])[None]
     return x, torch.stack([y[:, 1:] for y in ys])[None], ys
 
 
@@ -123,11 +135,18 @@ def _train(cfg, mechanism, seeds):
     x, y, ys = _batch(cfg, evaluation, t.eval_batch)
     with torch.no_grad():
         p = ml.probabilities(mechanism, params, x)  # (A, S, B, T, K)
-    bayes = torch.stack([windtunnel.bayes_predictive(t, yy) for yy in ys])[None]  # (1, S, B, T, K)
+    task = task_of(cfg)
+    bayes = torch.stack([task.bayes_predictive(t, yy) for yy in ys])[None]  # (1, S, B, T, K)
     ln2 = math.log(2)
     ent = lambda q: -(q * torch.log(q.clamp_min(1e-300))).sum(-1) / ln2  # noqa: E731
     losses = torch.stack(curve, -1)  # (A, S, steps)
-    return {"mechanism": mechanism, "seeds": list(seeds), "arms": list(ARMS), "steps": t.steps,
+    extra = {}
+    if hasattr(task, "scores"):  # the task's own scores per arm and seed, and its floors on the same sequences
+        extra["scores"] = [[task.scores(t, ys[s], p[a, s], bayes[0, s]) for s in range(len(seeds))]
+                           for a in range(len(ARMS))]
+        extra["floors"] = [{name: task.scores(t, ys[s], f, bayes[0, s]) for name, f in task.floors(t, ys[s]).items()}
+                           for s in range(len(seeds))]
+    return {**extra, "mechanism": mechanism, "seeds": list(seeds), "arms": list(ARMS), "steps": t.steps,
             "kl_bits": chain.kl_bits(bayes, p).mean(-1).tolist(),  # (A, S): mean over positions, then sequences
             "entropy_mae_bits": (ent(p) - ent(bayes)).abs().mean((-1, -2)).tolist(),
             "bayes_entropy_bits": float(ent(bayes).mean()),
@@ -176,7 +195,16 @@ def summarise(parts):
             entry[f"{key}_ci95"] = [float(mean - half), float(mean + half)]
             entry[f"{key}_per_seed"] = v.tolist()
         entry["curve"] = np.mean([c for p in parts for c in p["curve"][a]], 0).tolist()
+        if "scores" in parts[0]:  # the task's own scores (bijection: KL at the queries, accuracy where shown)
+            for key in parts[0]["scores"][a][0]:
+                v = np.asarray([x[key] for p in parts for x in p["scores"][a]], float)
+                mean, half = st.mean_ci(v) if np.isfinite(v).all() else (float("nan"), float("nan"))
+                entry[key], entry[f"{key}_ci95"] = float(mean), [float(mean - half), float(mean + half)]
         out["arms"][arm] = entry
+    if "floors" in parts[0]:  # the same for every mechanism (the same held-out sequences)
+        rows = [f for p in parts for f in p["floors"]]
+        out["floors"] = {name: {key: float(np.mean([r[name][key] for r in rows])) for key in rows[0][name]}
+                         for name in rows[0]}
     return out
 
 
@@ -192,6 +220,7 @@ def from_sizes(sizes, tunnel, extended=False):
 
 def table(summary):
     lines = [f"{'mechanism':10} {'KL sgd (bits)':>24} {'KL em_like (bits)':>24} {'entropy err em':>15}"]
+    floors = next((s["floors"] for s in summary.values() if "floors" in s), None)
     for m, s in summary.items():
         if s.get("failed"):
             lines.append(f"{m:10} failed")
@@ -200,8 +229,13 @@ def table(summary):
         for arm in ARMS:
             e = s["arms"][arm]
             cells.append(f"{e['kl_bits']:.4f} [{e['kl_bits_ci95'][0]:.4f}, {e['kl_bits_ci95'][1]:.4f}]")
-        lines.append(f"{m:10} {cells[0]:>24} {cells[1]:>24} {s['arms']['em_like']['entropy_mae_bits']:15.4f}"
-                     + ("" if s["finite"] else "  (not finite)"))
+        em = s["arms"]["em_like"]
+        lines.append(f"{m:10} {cells[0]:>24} {cells[1]:>24} {em['entropy_mae_bits']:15.4f}"
+                     + (f"  queries {em['kl_bits_queries']:.3f} bits, seen {em['accuracy_seen']:.1%}"
+                        if "kl_bits_queries" in em else "") + ("" if s["finite"] else "  (not finite)"))
+    for name, f in (floors or {}).items():
+        lines.append(f"{'floor ' + name:18} KL {f['kl_bits']:.4f} bits, queries {f['kl_bits_queries']:.3f}, "
+                     f"seen {f['accuracy_seen']:.1%}")
     return "\n".join(lines)
 
 
@@ -216,9 +250,15 @@ def main(argv=None, prog="python -m numeric.experiments.mechanism_tunnel"):
                              "extended: E5's own steps and batch"),
         options.out_dir(default=None, help="cache the tasks under DIR/cache/mechanism-tunnel (default: no cache)"),
         options.campaign()])
+    parser.add_argument("--task", choices=tuple(TASKS), default="windtunnel",
+                        help="windtunnel: E5's task; bijection: bijection recall and elimination "
+                             "(numeric.experiments.bijection, V = 16, 24 pairs) with its floors (default: windtunnel)")
     args = parser.parse_args(argv)
     sizes = profiles.get("quick" if args.profile == "quick" else "default").experiments
-    cfg = from_sizes(sizes, windtunnel.from_sizes(sizes), args.profile == "extended")
+    tunnel = windtunnel.from_sizes(sizes)
+    if args.task == "bijection":
+        tunnel = bijection.BijectionConfig(steps=tunnel.steps, batch=tunnel.batch, eval_batch=tunnel.eval_batch)
+    cfg = from_sizes(sizes, tunnel, args.profile == "extended")
     t0 = time.perf_counter()
     try:
         summary, outcome = run(cfg, cache_dir=f"{args.out}/cache/{LABEL}" if args.out else None,
