@@ -231,13 +231,21 @@ class ExperimentSizes:
     mechanism_grid: MechanismGridSizes = MECHANISM_GRID_REDUCED
     mechanism_grid_extended: MechanismGridSizes = MECHANISM_GRID_FULL
     mechanism_bench_steps: int = 2
+    # The conjecture's task (claim G3): every mechanism on bijection recall (numeric.experiments.bijection, V = 16,
+    # 24 pairs), `conjecture_steps` Adam steps of `conjecture_batch` sequences on `conjecture_seeds`, scored on
+    # `conjecture_eval_batch` held-out sequences.
+    conjecture_seeds: tuple = (0, 1, 2)
+    conjecture_steps: int = 1000
+    conjecture_batch: int = 32
+    conjecture_eval_batch: int = 256
 
     def __post_init__(self):
         _check_ints(self, "length", "steps", "blocks", "checkpoints", "tracked_rows", "replay_steps", "exact_steps",
                     "speed_steps", "typicality_length", "typicality_steps", "dynamics_instances",
                     "dynamics_train_steps", "tunnel_steps", "tunnel_batch", "tunnel_eval_batch", "tunnel_length",
                     "deep_steps", "deep_batch", "deep_every", "deep_d_model", "deep_ff", "deep_probe_batch",
-                    "deep_eval_batch", "mechanism_tunnel_steps", "mechanism_tunnel_batch")
+                    "deep_eval_batch", "mechanism_tunnel_steps", "mechanism_tunnel_batch", "conjecture_steps",
+                    "conjecture_batch", "conjecture_eval_batch")
         _check_ints(self, "deep_length", minimum=3)
         _check_seeds(self, "deep_seeds")
         if len(self.deep_seeds) < 2:
@@ -260,7 +268,8 @@ class ExperimentSizes:
         if (not isinstance(self.mstep_groups, tuple) or len(set(self.mstep_groups)) != len(self.mstep_groups)
                 or any(not isinstance(i, int) or not 0 <= i < len(self.fresh) for i in self.mstep_groups)):
             raise ValueError(f"ExperimentSizes.mstep_groups must be distinct indices into fresh, got {self.mstep_groups!r}")
-        for name in ("sweep_seeds", "exact_seeds", "speed_seeds", "typicality_seeds", "mechanism_tunnel_seeds"):
+        for name in ("sweep_seeds", "exact_seeds", "speed_seeds", "typicality_seeds", "mechanism_tunnel_seeds",
+                     "conjecture_seeds"):
             _check_seeds(self, name)
         if not set(self.sweep_seeds) <= set(self.fresh[0].seeds):
             raise ValueError("ExperimentSizes.sweep_seeds must be seeds of the first fresh group "
@@ -361,7 +370,8 @@ QUICK = Profile(
                     mechanism_grid=MechanismGridSizes(length=48, steps=30, seeds=(42, 2024), seeds_per_task=2, blocks=2),
                     mechanism_grid_extended=MechanismGridSizes(length=48, steps=30, seeds=(42, 2024), seeds_per_task=2,
                                                                blocks=2),
-                    mechanism_bench_steps=1),
+                    mechanism_bench_steps=1,
+                    conjecture_seeds=(0, 1), conjecture_steps=20, conjecture_batch=4, conjecture_eval_batch=32),
 )
 
 DEFAULT = Profile(

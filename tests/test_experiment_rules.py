@@ -465,3 +465,24 @@ def test_the_constructed_g_controls_use_the_run_s_own_mechanisms_and_labels():
     out2 = rules.g2_controls(rules.g2_synthetic(seeds=3, competing=comp, others=rest))
     assert set(out2["G2/structured-gap"][1].measured["competing"]) == set(comp)
     assert [r.verdict for _, r in out2.values()] == ["not-reproduced", "not-reproduced", "reproduced"]
+
+
+def test_g3_says_both_and_its_controls_say_what_they_are_built_to():
+    """G3 (numeric/experiments/rules/g3.py, a claim that is one module): the split as predicted is reproduced, none
+    and the reverse are not, a partial split is partly; its controls on the run's own labels."""
+    from numeric.experiments.rules import g3
+
+    labels = {"softmax": True, "ssd": True, "lstm": False, "gate": False}
+    floor, nc = 1.0, 2.3
+    def kl(**v):
+        return {m: [x, x] for m, x in v.items()}
+    assert g3.g3(kl(softmax=0.2, ssd=0.3, lstm=2.3, gate=2.2), labels, floor, nc).verdict == "reproduced"
+    assert g3.g3(kl(softmax=0.2, ssd=1.5, lstm=2.3, gate=2.2), labels, floor, nc).verdict == "partly-reproduced"
+    assert g3.g3(kl(softmax=2.0, ssd=1.5, lstm=2.3, gate=2.2), labels, floor, nc).verdict == "not-reproduced"
+    assert g3.g3(kl(softmax=0.2, ssd=0.3, lstm=0.5, gate=2.2), labels, floor, nc).verdict == "not-reproduced"
+    assert g3.g3(kl(softmax=0.2, ssd=0.3), labels, floor, nc).verdict == "not-reproduced"  # one group empty
+    m = {"kl": kl(softmax=0.2, ssd=0.3, lstm=2.3, gate=2.2), "labels": labels, "floor": floor, "no_context": nc}
+    assert {c: (k, r.verdict) for c, (k, r) in g3.controls(m).items()} == {
+        "G3/no-split": ("negative", "not-reproduced"), "G3/split-reversed": ("negative", "not-reproduced"),
+        "G3/split": ("positive", "reproduced")}
+    assert g3.measure({}) is None

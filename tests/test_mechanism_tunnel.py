@@ -24,9 +24,10 @@ def test_tunnel_on_one_and_two_workers_is_the_same_and_resumes(tmp_path):
     one, o1 = mt.run(TINY, workers=1, **QUIET)
     two, o2 = mt.run(TINY, workers=2, cache_dir=tmp_path, **QUIET)
     assert (o1.workers, o2.workers) == (1, 2) and o1.computed == 14 and not o2.failed
-    assert one == two
+    untimed = lambda s: {m: {k: v for k, v in x.items() if k != "timing"} for m, x in s.items()}  # noqa: E731
+    assert untimed(one) == untimed(two)
     again, o3 = mt.run(TINY, workers=0, cache_dir=tmp_path, **QUIET)
-    assert o3.cached == 14 and o3.computed == 0 and again == two
+    assert o3.cached == 14 and o3.computed == 0 and untimed(again) == untimed(two)
     for s in one.values():
         assert s["seeds"] == [0, 1, 2] and s["finite"] and set(s["arms"]) == set(mt.ARMS)
         for arm in mt.ARMS:

@@ -45,9 +45,10 @@ class BijectionConfig:
     steps: int = 1500
     d_k: int = 16
     d_v: int = 16
-    lr: float = 0.5
+    lr: float = 1e-2  # Adam's; SGD at the wind tunnel's rates stays at the no-context floor in this budget
     value_lr_ratio: float = 10.0
     eval_batch: int = 256
+    optimizer: str = "adam"  # or "sgd" (the wind tunnel's)
 
     @property
     def symbols(self):
@@ -61,6 +62,8 @@ class BijectionConfig:
     def validate(self):
         positive_ints(self, "values", "pairs", "batch", "steps", "d_k", "d_v", "eval_batch")
         positive(self, "lr", "value_lr_ratio")
+        if self.optimizer not in ("adam", "sgd"):
+            raise ValueError(f"BijectionConfig.optimizer must be 'adam' or 'sgd', got {self.optimizer!r}")
         if self.values < 2:
             raise ValueError(f"BijectionConfig.values must be at least 2, got {self.values!r}")
         return self

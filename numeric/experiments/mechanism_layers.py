@@ -210,6 +210,28 @@ def descend(params, lrs, loss):
             p.sub_(lrs[name] * g)
 
 
+class Adam:
+    """Adam for every run at once (elementwise, so each run's parameters move on their own gradients only), each
+    parameter at its own per-arm learning rate lrs[name] as in `descend`; betas and eps are torch's defaults."""
+
+    def __init__(self, params, betas=(0.9, 0.999), eps=1e-8):
+        self.betas, self.eps, self.t = betas, eps, 0
+        self.m = {n: torch.zeros_like(p) for n, p in params.items()}
+        self.v = {n: torch.zeros_like(p) for n, p in params.items()}
+
+    def step(self, params, lrs, loss):
+        grads = torch.autograd.grad(loss.sum(), list(params.values()))
+        self.t += 1
+        b1, b2 = self.betas
+        with torch.no_grad():
+            for (name, p), g in zip(params.items(), grads):
+                self.m[name].mul_(b1).add_(g, alpha=1 - b1)
+                self.v[name].mul_(b2).addcmul_(g, g, value=1 - b2)
+                m_hat = self.m[name] / (1 - b1 ** self.t)
+                v_hat = self.v[name] / (1 - b2 ** self.t)
+                p.sub_(lrs[name] * m_hat / (v_hat.sqrt() + self.eps))
+
+
 def probabilities(mechanism, p, x, mask=None, form="quadratic", blocks=None):
     return (mix(mechanism, p, x, mask, form, blocks) @ p["W_O"]).softmax(-1)
 

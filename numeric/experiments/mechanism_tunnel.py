@@ -124,11 +124,15 @@ def _train(cfg, mechanism, seeds):
            for n, p in params.items()}
     gens = [torch.Generator().manual_seed(int(s) + 17) for s in seeds]  # the same sequences for every mechanism
     curve = []
+    adam = ml.Adam(params) if getattr(t, "optimizer", "sgd") == "adam" else None
     t0 = time.perf_counter()
     for _ in range(t.steps):
         x, y, _ = _batch(cfg, gens, t.batch)
         loss = ml.losses(mechanism, params, x, y).mean(-1)  # (A, S): the mean over sequences and positions
-        ml.descend(params, lrs, loss)
+        if adam is not None:
+            adam.step(params, lrs, loss)
+        else:
+            ml.descend(params, lrs, loss)
         curve.append(loss.detach())
     seconds = time.perf_counter() - t0
     evaluation = [torch.Generator().manual_seed(int(s) + 99) for s in seeds]
@@ -185,6 +189,7 @@ def run(cfg, cache_dir=None, workers=None, scheduler=None, log=print, cluster=No
 def summarise(parts):
     """One mechanism's task results joined over seeds: per arm mean, 95% t-interval and per-seed values."""
     out = {"seeds": [s for p in parts for s in p["seeds"]], "finite": all(p["finite"] for p in parts),
+           "timing": float(sum(p.get("timing", {}).get("loop_seconds", 0.0) for p in parts)),
            "bayes_entropy_bits": float(np.mean([p["bayes_entropy_bits"] for p in parts])), "arms": {}}
     for a, arm in enumerate(parts[0]["arms"]):
         entry = {}
@@ -200,6 +205,7 @@ def summarise(parts):
                 v = np.asarray([x[key] for p in parts for x in p["scores"][a]], float)
                 mean, half = st.mean_ci(v) if np.isfinite(v).all() else (float("nan"), float("nan"))
                 entry[key], entry[f"{key}_ci95"] = float(mean), [float(mean - half), float(mean + half)]
+                entry[f"{key}_per_seed"] = v.tolist()
         out["arms"][arm] = entry
     if "floors" in parts[0]:  # the same for every mechanism (the same held-out sequences)
         rows = [f for p in parts for f in p["floors"]]

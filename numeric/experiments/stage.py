@@ -116,6 +116,7 @@ class ExperimentStage:
         self.tunnel()
         self.deep_model()
         self.mechanisms()
+        self.conjecture()
         self.measured_claims()
         self.negative_controls()
         self.positive_controls()
@@ -344,6 +345,44 @@ class ExperimentStage:
         m["E4"] = {"arms": rules.e4_inputs(fp)}
         e4 = REGISTRY["E4"].rule(**m["E4"])
         self._rule_check("E4", "rule", e4.verdict, e4.reason, e4.measured)
+
+    def conjecture(self):
+        """Every mechanism on bijection recall (numeric.experiments.bijection, through the mechanism tunnel's
+        campaign, cached under DIR/cache/mechanism-tunnel), with the floors beside them and the content_routing
+        labels of the mechanisms table: results.json experiments.conjecture, G3's inputs
+        (numeric/experiments/rules/g3.py)."""
+        from numeric.experiments import bijection
+        from numeric.experiments import mechanism_grid as mg
+        from numeric.experiments import mechanism_tunnel as mt
+
+        z = self.sizes
+        task = bijection.BijectionConfig(steps=z.conjecture_steps, batch=z.conjecture_batch,
+                                         eval_batch=z.conjecture_eval_batch)
+        seeds = tuple(z.conjecture_seeds)
+        cfg = mt.MechanismTunnelConfig(tunnel=task, seeds=seeds, seeds_per_task=len(seeds))
+        t0 = time.perf_counter()
+        summary, outcome = mt.run(cfg, cache_dir=self.cache.root / mt.LABEL, cluster=self.campaign, log=self.log)
+        wall = time.perf_counter() - t0
+        labels, source = mg.content_routing_labels(self.results.derive.get("mechanisms"), cfg.mechanisms)
+        ok = [m for m, x in summary.items() if not x.get("failed") and x["finite"]]
+        floors = next((summary[m]["floors"] for m in ok), {})
+        self.data["conjecture"] = _plain({"bijection": {
+            "config": dataclasses.asdict(cfg), "mechanisms": summary, "floors": floors, "content_routing": labels,
+            "labels_source": source, "campaign": {"workers": outcome.workers, "computed": outcome.computed,
+                                                  "cached": outcome.cached, "failed": outcome.failed, "wall_s": wall}}})
+        self._check("experiments/conjecture/bijection-valid", "G3", len(ok) == len(cfg.mechanisms) and not outcome.failed,
+                    wall, {"valid": ok, "failed_tasks": outcome.failed, "tasks_computed": outcome.computed},
+                    {"finite": True}, detail=f"{len(cfg.mechanisms)} mechanisms x {len(seeds)} seeds x 2 arms, "
+                                             f"{task.steps} Adam steps of {task.batch} sequences (V = {task.values}, "
+                                             f"{task.pairs} pairs)")
+        for m, x in summary.items():  # training time per mechanism against the paper's mechanism's
+            if "timing" in x and mechanisms.PAPER in summary and "timing" in summary[mechanisms.PAPER]:
+                ref = summary[mechanisms.PAPER]["timing"]
+                self.results.benchmarks.append({
+                    "name": f"experiments/conjecture/bijection/{m}", "device": "cpu", "dtype": "float64",
+                    "shape": {"steps": task.steps, "batch": task.batch, "seeds": len(seeds)}, "threads": 1,
+                    "ours_s": x["timing"], "reference": f"{mechanisms.PAPER}'s training (same task, 1 thread)",
+                    "reference_s": ref, "ratio": x["timing"] / ref if ref else float("nan")})
 
     def measured_claims(self):
         """The claims measured from the other experiments' numbers (a module's CLAIM in numeric/experiments/rules, a
