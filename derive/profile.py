@@ -235,7 +235,7 @@ class ExperimentSizes:
     # 24 pairs), `conjecture_steps` Adam steps of `conjecture_batch` sequences on `conjecture_seeds`, scored on
     # `conjecture_eval_batch` held-out sequences.
     conjecture_seeds: tuple = (0, 1, 2)
-    conjecture_steps: int = 1000
+    conjecture_steps: int = 600
     conjecture_batch: int = 32
     conjecture_eval_batch: int = 256
 
