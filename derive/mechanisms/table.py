@@ -69,7 +69,7 @@ def build(results, options, log=print, names=None):
                             "mutants": mutants, "seconds": round(time.perf_counter() - started, 3)}
     controls = _guarded(lambda: _content_routing_controls(results, run, log), ["error"])
     if "error" in controls:  # the controls could not be built: that is a failing check, never a silent gap
-        results.record(Check("derive/mechanisms/content-routing-control", "derive", "negative-control", "", "fail",
+        results.record(Check("derive/mechanisms/content-routing-control", "derive", "proof", "", "fail",
                              0.0, controls["error"]["reason"], "every control as built"), log)
     table_s = round(time.perf_counter() - t0, 3)
     paths = {p: round(sum(c.get("path_seconds", {}).get(p, 0) for row in table.values()
@@ -126,12 +126,12 @@ def _cells(mech, run, seed):
 
 def _content_routing_controls(results, run, log):
     """The content_routing cell on mechanisms built to answer it one way (questions.CONTENT_ROUTING_CONTROLS), each
-    a negative-control check: it must come out as built."""
+    a check that passes when it comes out as built (kind proof: it can pass with any verdict, unlike a mutant's)."""
     t0 = time.perf_counter()
     controls = questions.content_routing_controls(run)
     seconds = round((time.perf_counter() - t0) / max(1, len(controls)), 4)
     for name, c in controls.items():
-        results.record(Check(f"derive/mechanisms/content-routing-control/{name}", "derive", "negative-control", "",
+        results.record(Check(f"derive/mechanisms/content-routing-control/{name}", "derive", "proof", "",
                              "pass" if c["verdict"] == c["expected"] else "fail", seconds,
                              {"verdict": c["verdict"], "reason": c["reason"]}, c["expected"], detail=c["description"],
                              part="content_routing", outcome=c["verdict"]), log, note=c["verdict"])
