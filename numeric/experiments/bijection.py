@@ -30,6 +30,7 @@ from dataclasses import dataclass
 
 import torch
 
+from numeric.experiments import windtunnel
 from numeric.experiments.config import positive, positive_ints
 
 FLOORS = ("prior", "no_context", "counts")
@@ -81,11 +82,8 @@ def sample(cfg, batch, g):
 
 
 def inputs(cfg, y):
-    """x_t = [e_{y_t}, e_{y_{t-1}}] for t = 0..length-2 (the wind tunnel's inputs): (B, length-1, 2K)."""
-    K = cfg.symbols
-    cur = torch.nn.functional.one_hot(y[:, :-1], K)
-    prev = torch.nn.functional.one_hot(torch.cat([torch.full_like(y[:, :1], K), y[:, :-2]], 1), K + 1)[..., :K]
-    return torch.cat([cur, prev], -1).double()
+    """x_t = [e_{y_t}, e_{y_{t-1}}] for t = 0..length-2: the wind tunnel's inputs over this task's K tokens."""
+    return windtunnel.inputs(cfg, y)
 
 
 def _walk(cfg, y, predict):
