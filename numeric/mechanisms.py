@@ -5,7 +5,7 @@ Every built-in mechanism has generated kernels (numeric/generated/mechanisms.py,
 the logits, the forward (w, o) and the backward (dS by the routing form, the gradient of each input by the chain rule
 through the logits and the content or by responsibility-weighted content; once from the inputs and u, once reusing the
 forward's w and o). Attention's shape takes q, k, v (dQ, dK, dV); the options shape takes a mechanism's own inputs (a
-gate's or an LSTM cell's logits A and contents H: dH, dS = dL/dA; a router's tokens X, router WR and experts WE: dX,
+gate's or a gated recurrence's logits A and contents H: dH, dS = dL/dA; a router's tokens X, router WR and experts WE: dX,
 dWR, dWE, dS = dL/dr). They are compared with torch.autograd through the mechanism's own plain-torch `reference`
 (derive/mechanisms/<name>.py: the weights; `reference_content` the options' content, else v; o = sum_j w_ij c_ij,
 loss <u, o>), per dtype, masked (attention: causal; a router: a 0/1 selection of experts) and unmasked; a mechanism whose

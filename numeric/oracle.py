@@ -8,7 +8,7 @@ each term is evaluated with torch on a plain vectorised forward of the model (th
     w = the mechanism's plain-torch weights (`Mechanism.reference`; from its free logits at the scores level,
         `Mechanism.reference_logits` or the reference reading its logit leaf), over its options j: the keys,
         a gate's two inputs, the experts; masked: the causal pattern j <= i over (query, option)
-    content_ij = what option j offers query i: v_j (attention), the per-position leaf H_ij (gate, LSTM),
+    content_ij = what option j offers query i: v_j (attention), the per-position leaf H_ij (gate, glr),
                  x_i W_j (a linear expert, W of dims (options, dx, dv)) -- read from the content leaf's dims
     o_i = sum_j w_ij content_ij     z = o W_O     p = softmax(z)     L = (1/n) sum_i CE(z_i, y_i), Y one-hot
 

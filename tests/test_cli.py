@@ -98,7 +98,7 @@ def test_codegen_and_numeric_stages(tmp_path):
     # experts) too: no numeric/mechanisms/* check is skipped, and each mechanism's agreement with autograd passed
     mechanism_checks = {c["id"]: c["status"] for c in data["checks"] if c["id"].startswith("numeric/mechanisms/")}
     assert not [cid for cid, status in mechanism_checks.items() if status == "skipped"]
-    for m in ("softmax", "sigmoid", "linear", "ssd", "gate", "lstm", "moe"):
+    for m in ("softmax", "sigmoid", "linear", "ssd", "gate", "glr", "moe"):
         assert mechanism_checks[f"numeric/mechanisms/{m}/float64/unmasked"] == "pass"
     assert len(numeric) >= 20 and all(c["status"] == "pass" for c in numeric)
     assert all(row["numeric"] in ("rejected", "n/a") for row in data["derive"]["kill_matrix"].values())

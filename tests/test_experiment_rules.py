@@ -472,16 +472,16 @@ def test_g3_says_both_and_its_controls_say_what_they_are_built_to():
     and the reverse are not, a partial split is partly; its controls on the run's own labels."""
     from numeric.experiments.rules import g3
 
-    labels = {"softmax": True, "ssd": True, "lstm": False, "gate": False}
+    labels = {"softmax": True, "ssd": True, "glr": False, "gate": False}
     floor, nc = 1.0, 2.3
     def kl(**v):
         return {m: [x, x] for m, x in v.items()}
-    assert g3.g3(kl(softmax=0.2, ssd=0.3, lstm=2.3, gate=2.2), labels, floor, nc).verdict == "reproduced"
-    assert g3.g3(kl(softmax=0.2, ssd=1.5, lstm=2.3, gate=2.2), labels, floor, nc).verdict == "partly-reproduced"
-    assert g3.g3(kl(softmax=2.0, ssd=1.5, lstm=2.3, gate=2.2), labels, floor, nc).verdict == "not-reproduced"
-    assert g3.g3(kl(softmax=0.2, ssd=0.3, lstm=0.5, gate=2.2), labels, floor, nc).verdict == "not-reproduced"
+    assert g3.g3(kl(softmax=0.2, ssd=0.3, glr=2.3, gate=2.2), labels, floor, nc).verdict == "reproduced"
+    assert g3.g3(kl(softmax=0.2, ssd=1.5, glr=2.3, gate=2.2), labels, floor, nc).verdict == "partly-reproduced"
+    assert g3.g3(kl(softmax=2.0, ssd=1.5, glr=2.3, gate=2.2), labels, floor, nc).verdict == "not-reproduced"
+    assert g3.g3(kl(softmax=0.2, ssd=0.3, glr=0.5, gate=2.2), labels, floor, nc).verdict == "not-reproduced"
     assert g3.g3(kl(softmax=0.2, ssd=0.3), labels, floor, nc).verdict == "not-reproduced"  # one group empty
-    m = {"kl": kl(softmax=0.2, ssd=0.3, lstm=2.3, gate=2.2), "labels": labels, "floor": floor, "no_context": nc}
+    m = {"kl": kl(softmax=0.2, ssd=0.3, glr=2.3, gate=2.2), "labels": labels, "floor": floor, "no_context": nc}
     assert {c: (k, r.verdict) for c, (k, r) in g3.controls(m).items()} == {
         "G3/no-split": ("negative", "not-reproduced"), "G3/split-reversed": ("negative", "not-reproduced"),
         "G3/split": ("positive", "reproduced")}

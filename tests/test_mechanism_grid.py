@@ -86,11 +86,11 @@ def test_structural_labels_from_the_table_or_decided_here():
     labels, source = mg.competition_labels(table, ("softmax", "sigmoid"))
     assert labels == {"softmax": True, "sigmoid": False} and "derive stage" in source
     labels, source = mg.competition_labels(None, ml.names())
-    assert labels == {"softmax": True, "sigmoid": False, "linear": True, "ssd": False, "gate": True, "lstm": False,
+    assert labels == {"softmax": True, "sigmoid": False, "linear": True, "ssd": False, "gate": True, "glr": False,
                       "moe": True} and "decided here" in source
     # the paper's partition: routing by content between positions (attention and SSD), not a token's own options
     labels, source = mg.content_routing_labels(None, ml.names())
-    assert labels == {"softmax": True, "sigmoid": True, "linear": True, "ssd": True, "gate": False, "lstm": False,
+    assert labels == {"softmax": True, "sigmoid": True, "linear": True, "ssd": True, "gate": False, "glr": False,
                       "moe": False} and "decided here" in source
 
 

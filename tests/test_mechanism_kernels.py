@@ -26,7 +26,7 @@ from numeric.generated import attention as api
 from numeric.generated import mechanisms as gen
 
 BUILTIN = ("softmax", "sigmoid", "linear")
-OPTIONS = ("gate", "lstm", "moe")  # weights over their own options (g, e), each option with its own content
+OPTIONS = ("gate", "glr", "moe")  # weights over their own options (g, e), each option with its own content
 
 
 @pytest.fixture(autouse=True)
@@ -143,7 +143,7 @@ def test_a_mutant_kernel_differs_from_the_true_one_only_in_dS():
 
 # -- the options shape: a gate, an LSTM cell, a router ----------------------------------------------------------------
 # What each returns beyond the weights, o and dS (dL/d its logits): the gradient of each input of its kernels.
-OPTION_GRADS = {"gate": ("dH",), "lstm": ("dH",), "moe": ("dX", "dWR", "dWE")}
+OPTION_GRADS = {"gate": ("dH",), "glr": ("dH",), "moe": ("dX", "dWR", "dWE")}
 
 
 def test_the_options_shape_is_read_off_the_mechanisms_fields():
@@ -152,7 +152,7 @@ def test_the_options_shape_is_read_off_the_mechanisms_fields():
     assert [(g.name, g.form) for g in gate.grads] == [("dH", "content")]  # dL/dA is dS itself
     assert (moe.level, moe.axis, moe.inputs, moe.logit_inputs) == ("params", "e", ("X", "WR", "WE"), ("X", "WR"))
     assert [(g.name, g.form) for g in moe.grads] == [("dX", "chain"), ("dWR", "chain"), ("dWE", "content")]
-    assert moe.masked and not gate.masked and not kernel_shape(mechanisms.get("lstm"))[0].masked
+    assert moe.masked and not gate.masked and not kernel_shape(mechanisms.get("glr"))[0].masked
     for name in OPTIONS:
         assert gen.RETURNS[name]["backward"] == ["alpha", "dS", *OPTION_GRADS[name]]
         assert gen.RETURNS[name]["backward_from_forward"] == ["dS", *OPTION_GRADS[name]]
@@ -163,7 +163,7 @@ def test_the_cells_have_one_variant_since_their_weights_read_no_mask():
     from derive.codegen import MECHANISM_HELPERS, emit_kernel
     from derive.kernels import mechanism_kernels
 
-    for name in ("gate", "lstm"):
+    for name in ("gate", "glr"):
         assert all(set(kinds) == {"unmasked"} for kinds in gen.MECHANISMS[name].values())
         assert {v for m in mechanisms.get(name).mutants for v in gen.MUTANTS[m.id]} == {"mechanism", "question", "unmasked"}
         for k in mechanism_kernels(mechanisms.get(name)):
@@ -263,7 +263,7 @@ def test_the_router_kernels_take_a_selection_over_experts():
 def test_check_ids_follow_each_mechanisms_variants():
     ids = {c["id"] for c in nm.run_checks(gen) if "/float64/" in c["id"]}
     assert {"numeric/mechanisms/gate/float64/unmasked", "numeric/mechanisms/moe/float64/masked"} <= ids
-    assert "numeric/mechanisms/gate/float64/masked" not in ids and "numeric/mechanisms/lstm/float64/masked" not in ids
+    assert "numeric/mechanisms/gate/float64/masked" not in ids and "numeric/mechanisms/glr/float64/masked" not in ids
 
 
 # -- numerical safety -----------------------------------------------------------------------------------------------

@@ -58,7 +58,7 @@ def test_moe_selects_two_experts_and_mixes_them_with_the_reference_gates():
     assert close(o, (g[..., None] * experts).sum(-2))
 
 
-@pytest.mark.parametrize("name", ("gate", "lstm"))
+@pytest.mark.parametrize("name", ("gate", "glr"))
 def test_cells_unrolled_weights_are_the_recurrence_and_equal_the_scan(name):
     params, data, mask = setup(name, scale=3.0)
     with torch.no_grad():
@@ -113,7 +113,7 @@ def test_generated_mechanism_kernels_give_the_same_weights():
         with torch.no_grad():
             out = ml.weights(name, params, data.x, mask)
             t = out["reference"]
-            if name in ("gate", "lstm"):
+            if name in ("gate", "glr"):
                 h = ml.cell_scan(name, params, data.x)
                 prev = torch.cat([torch.zeros_like(h[..., :1, :]), h[..., :-1, :]], -2)
                 H = torch.stack([prev, data.x.expand(h.shape[:-1] + data.x.shape[-1:]) @ params["W_V"]], -2)
@@ -138,7 +138,7 @@ def test_parameters_split_into_routing_and_content_and_start_from_the_sticky_mod
         assert set(ml.routing(m)) | set(ml.content(m)) == set(ml.params(m)) and not set(ml.routing(m)) & set(ml.content(m))
         assert "W_O" in ml.routing(m) and ml.content(m)
     assert ml.content("moe") == ("W_E",) and set(ml.routing("ssd")) == {"W_Q", "W_K", "W_O", "w_ell"}
-    assert set(ml.routing("lstm")) == {"W_O", "w_f", "w_i"} and set(ml.routing("gate")) == {"W_O", "w_g"}
+    assert set(ml.routing("glr")) == {"W_O", "w_f", "w_i"} and set(ml.routing("gate")) == {"W_O", "w_g"}
     cfg = dataclasses.replace(CFG, dtype="float32")
     shared = dict(zip(ml.SHARED, sticky.seed_params(cfg, 2024)))
     for m in ml.names():

@@ -37,11 +37,11 @@ def test_tunnel_on_one_and_two_workers_is_the_same_and_resumes(tmp_path):
 
 
 def test_a_tunnel_task_is_pure_and_a_seed_does_not_depend_on_its_batch():
-    a = mt.train_task(TINY, "lstm", (1,))
-    b = mt.train_task(TINY, "lstm", (0, 1))
+    a = mt.train_task(TINY, "glr", (1,))
+    b = mt.train_task(TINY, "glr", (0, 1))
     assert np.allclose(a["kl_bits"][0][0], b["kl_bits"][0][1], rtol=1e-12)
     a.pop("timing")
-    again = mt.train_task(TINY, "lstm", (1,))
+    again = mt.train_task(TINY, "glr", (1,))
     again.pop("timing")
     assert a == again
 
@@ -160,15 +160,15 @@ def test_the_bijection_task_trains_every_chosen_mechanism_with_its_floors_beside
 
     cfg = mt.MechanismTunnelConfig(tunnel=bijection.BijectionConfig(values=4, pairs=6, batch=4, steps=3, eval_batch=8,
                                                                       d_k=4, d_v=5),
-                                   mechanisms=("softmax", "lstm"), seeds=(0, 1), seeds_per_task=2)
+                                   mechanisms=("softmax", "glr"), seeds=(0, 1), seeds_per_task=2)
     summary, outcome = mt.run(cfg, workers=0, **QUIET)
-    assert not outcome.failed and set(summary) == {"softmax", "lstm"}
+    assert not outcome.failed and set(summary) == {"softmax", "glr"}
     for s in summary.values():
         for arm in mt.ARMS:
             e = s["arms"][arm]
             assert e["kl_bits"] > 0 and e["kl_bits_queries"] > 0 and 0 <= e["accuracy_seen"] <= 1
         f = s["floors"]
         assert f["prior"]["kl_bits"] > f["no_context"]["kl_bits"] > f["counts"]["kl_bits"] > 0
-    assert summary["softmax"]["floors"] == summary["lstm"]["floors"]  # the same sequences for every mechanism
-    assert cfg.key() != dataclasses.replace(TINY, mechanisms=("softmax", "lstm")).key()
+    assert summary["softmax"]["floors"] == summary["glr"]["floors"]  # the same sequences for every mechanism
+    assert cfg.key() != dataclasses.replace(TINY, mechanisms=("softmax", "glr")).key()
     assert "floor counts" in mt.table(summary)

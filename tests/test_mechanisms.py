@@ -44,10 +44,10 @@ def test_the_table_says_which_mechanisms_route_by_advantage(built):
     # content_routing: attention and SSD weigh a key by its relation to the query; a gate's, an LSTM's and the
     # experts' weights are over a token's own options
     routes = {"softmax": "proved", "linear": "proved", "gate": "disproved", "moe": "disproved", "sigmoid": "proved",
-              "ssd": "proved", "lstm": "disproved"}
+              "ssd": "proved", "glr": "disproved"}
     for name in ("softmax", "linear", "gate", "moe"):  # normalised: a softmax over keys, options or experts
         assert verdicts[name] == {**dict.fromkeys(questions.COLUMNS, "proved"), "content_routing": routes[name]}, name
-    for name in ("sigmoid", "ssd", "lstm"):  # unnormalised: per-key (sigmoid, LSTM) or linear (SSD) in the logit
+    for name in ("sigmoid", "ssd", "glr"):  # unnormalised: per-key (sigmoid, LSTM) or linear (SSD) in the logit
         assert verdicts[name] == {"routing": "proved", "advantage": "disproved", "competition": "disproved",
                                   "content": "proved", "em_step": "proved", "saturation": "disproved",
                                   "content_routing": routes[name]}, name
@@ -72,7 +72,7 @@ def test_content_routing_controls_come_out_as_built(built):
     assert len(checks) == 4 and all(c.status == "pass" for c in checks)
 
 
-@pytest.mark.parametrize("name", ["sigmoid", "ssd", "lstm"])
+@pytest.mark.parametrize("name", ["sigmoid", "ssd", "glr"])
 @pytest.mark.parametrize("question", ["advantage", "competition"])
 def test_disproofs_carry_witnesses_that_recheck(built, name, question):
     cell = built[1][name]["questions"][question]
@@ -94,7 +94,7 @@ def test_the_paper_form_is_among_sigmoid_mutants():
 
 
 def test_an_unknown_mechanism_is_refused_by_name():
-    with pytest.raises(ValueError, match="unknown mechanism .tanh.; the known ones are gate, linear, lstm, moe, sigmoid, softmax, ssd"):
+    with pytest.raises(ValueError, match="unknown mechanism .tanh.; the known ones are gate, glr, linear, moe, sigmoid, softmax, ssd"):
         Identity("x", ("n",), "scores", lambda m, i: 0, lambda m, i: 0, "", mechanism="tanh")
 
 
@@ -240,7 +240,7 @@ def test_every_saturation_witness_replays_as_printed(built):
         (lhs_lo, _), (_, rhs_hi) = saturation.replay(name, w)
         assert lhs_lo > rhs_hi and lhs_lo >= Fraction(w["lhs_at_least"]) and rhs_hi <= Fraction(w["rhs_at_most"]), name
         replayed += 1
-    assert replayed == 3  # sigmoid, ssd, lstm
+    assert replayed == 3  # sigmoid, ssd, glr
 
 
 def test_an_incomplete_saturation_witness_is_refused():

@@ -17,7 +17,7 @@ import importlib
 
 from derive.mechanisms.base import ContentSpec, Mechanism, Mutant  # noqa: F401  (what a mechanism file needs)
 
-BUILTIN = ("softmax", "sigmoid", "linear", "ssd", "gate", "lstm", "moe")
+BUILTIN = ("softmax", "sigmoid", "linear", "ssd", "gate", "glr", "moe")
 PAPER = "softmax"  # the paper's own mechanism: the claims' default, the yardstick of relative costs
 REGISTRY: dict = {}
 

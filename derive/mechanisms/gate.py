@@ -1,8 +1,9 @@
-"""A two-way convex gate, one step: h_i = (1 - g_i) h_prev_i + g_i x~_i with g_i = sigma(a_i) (GRU's update
-gate, an LSTM with coupled gates, the selective-gate special case of Mamba-1). Written as weights over two
-options o (dim g, size 2: o = 0 the previous state, o = 1 the candidate) with logits A_i0, A_i1:
-w_io = e^{A_io} / (e^{A_i0} + e^{A_i1}), so g_i = sigma(A_i1 - A_i0) (a_i = A_i1 - A_i0; fixing A_i0 = 0
-gives the one-logit gate). The contents H_i0 = h_prev_i, H_i1 = x~_i are the cell's own per position."""
+"""A scalar convex gate, one step: h_i = (1 - g_i) h_prev_i + g_i x~_i with one scalar g_i = sigma(a_i) per position
+from the current input alone (the form of GRU's update gate with the reset path and hidden-state input removed; not
+Mamba-1's selective scan, whose input-dependent step drives a matrix state and a per-channel decay). Written as
+weights over two options o (dim g, size 2: o = 0 the previous state, o = 1 the candidate) with logits A_i0, A_i1:
+w_io = e^{A_io} / (e^{A_i0} + e^{A_i1}), so g_i = sigma(A_i1 - A_i0) (a_i = A_i1 - A_i0; fixing A_i0 = 0 gives the
+one-logit gate). The contents H_i0 = h_prev_i, H_i1 = x~_i are the cell's own per position."""
 from derive.mechanisms import register
 from derive.mechanisms.base import ContentSpec, Mechanism, Mutant
 from derive.mechanisms.forms import per_key
@@ -63,13 +64,13 @@ class GateLayer(Cell):
 CELL_LEAVES = {"A": ("n", "g"), "H": ("n", "g", "dv"), "DeltaH": ("n", "g", "dv")}
 
 MECHANISM = register(Mechanism(
-    "gate", "two-way convex gate (GRU update gate)", logit, weight, routing=advantage, reference=reference,
+    "gate", "scalar convex gate per position (sigma(x_t w) between state and input)", logit, weight, routing=advantage, reference=reference,
     normalised=True,
     latex=r"h_i=(1-g_i)\,h^{\mathrm{prev}}_i+g_i\,\tilde x_i,\ g_i=\sigma(a_i):\ w_{io}=\frac{e^{A_{io}}}{\sum_p e^{A_{ip}}},"
           r"\ a_i=A_{i1}-A_{i0}",
     routing_latex=r"\frac{\partial L}{\partial A_{io}}=w_{io}\big(b_{io}-\textstyle\sum_p w_{ip}b_{ip}\big),\ "
                   r"\frac{\partial L}{\partial a_i}=g_i(1-g_i)\big(u_i\cdot\tilde x_i-u_i\cdot h^{\mathrm{prev}}_i\big)",
-    ref="GRU (arXiv 1406.1078), Mamba-1's selective gate (arXiv 2312.00752)",
+    ref="the form of GRU's update gate (arXiv 1406.1078), with the gate of x_t only",
     mutants=(Mutant("gate-per-key", "routing", "independent gates' per-key form w(1-w)b", per_key),
              Mutant("gate-no-baseline", "routing", "the baseline dropped: w b", lambda m, i, j: m.alpha(i, j) * m.b(i, j))),
     leaves=CELL_LEAVES, free={"A": ("scores",), "H": ("scores",)}, domains=dict.fromkeys(CELL_LEAVES, "real"),

@@ -34,10 +34,23 @@ def names():
     return tuple(m.name for m in mechanisms.registered() if m.layer is not None)
 
 
+def baselines():
+    """The models trained beside the mechanisms on the conjecture's tasks, not mechanisms themselves (no proved cells;
+    numeric.experiments.lstm: the real LSTM at attention's parameter count and at about four times it)."""
+    from numeric.experiments import lstm
+
+    return tuple(lstm.BASELINES)
+
+
+def trainable():
+    """Every name `layer` knows: the mechanisms with a layer, then the baselines."""
+    return (*names(), *baselines())
+
+
 def source(mechanism):
     """Where a worker process finds `mechanism`: None for a built-in, else (the claims file that registered it, the
     sha256 of its text), so a task names the file's version (a changed file is never read from the cache)."""
-    if mechanism in mechanisms.BUILTIN:
+    if mechanism in mechanisms.BUILTIN or mechanism in baselines():
         return None
     from derive import claimfile
 
@@ -61,9 +74,9 @@ def task_label(mechanism, where):
     return mechanism if where is None else f"{mechanism}-{where[1]}"
 
 
-def check_names(chosen, what):
-    """Refuse a choice of mechanisms that are not distinct names of trainable mechanisms."""
-    known = names()
+def check_names(chosen, what, known=None):
+    """Refuse a choice of mechanisms that are not distinct names among `known` (default: the trainable mechanisms)."""
+    known = names() if known is None else known
     if not chosen or len(set(chosen)) != len(chosen) or any(c not in known for c in chosen):
         raise ValueError(f"{what} must be distinct names among {known}, got {tuple(chosen)!r}")
 
@@ -128,13 +141,17 @@ def query_blocks(T, blocks, device="cpu"):
 
 
 def layer(mechanism):
-    """The mechanism's Layer; a ValueError naming the choices for a mechanism without one."""
+    """The mechanism's Layer (or a baseline's); a ValueError naming the choices for a mechanism without one."""
+    from numeric.experiments import lstm
+
+    if mechanism in lstm.BASELINES:
+        return lstm.BASELINES[mechanism]
     try:
         lay = mechanisms.get(mechanism).layer
     except (ValueError, TypeError):
         lay = None
     if lay is None:
-        raise ValueError(f"mechanism {mechanism!r} has no trainable layer; choose from {names()}")
+        raise ValueError(f"mechanism {mechanism!r} has no trainable layer; choose from {trainable()}")
     return lay
 
 

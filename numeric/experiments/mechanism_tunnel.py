@@ -64,7 +64,7 @@ class MechanismTunnelConfig:
         self.tunnel.validate()
         positive_ints(self, "seeds_per_task")
         positive(self, "init_std")
-        ml.check_names(self.mechanisms, "MechanismTunnelConfig.mechanisms")
+        ml.check_names(self.mechanisms, "MechanismTunnelConfig.mechanisms", ml.trainable())
         if len(self.seeds) < 2 or len(set(self.seeds)) != len(self.seeds):
             raise ValueError(f"MechanismTunnelConfig.seeds must hold at least two distinct seeds, got {self.seeds!r}")
         return self

@@ -135,7 +135,7 @@ register(EmpiricalClaim(
     "the EM-like schedule's gain follows the proved routing structure: trained on the same task, data and seeds "
     "under SGD and under the two-timescale schedule, the mechanisms whose keys compete (softmax, normalised linear "
     "attention, the convex gate, the mixture of experts) gain more than those whose keys do not (sigmoid attention, "
-    "SSD, the LSTM's independent gates)",
+    "SSD, the gated linear recurrence's independent gates)",
     "ours: the sticky chain of E1-E3 with every routing mechanism of derive/mechanisms, the competition labels "
     "from the mechanisms table", {},
     ("loss curves of sgd and em_like per mechanism and seed (the same seeds and data for every mechanism)",

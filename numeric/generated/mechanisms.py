@@ -120,18 +120,18 @@ MECHANISMS = {
             "unmasked": "gate_backward_from_forward_unmasked"
         }
     },
-    "lstm": {
+    "glr": {
         "scores": {
-            "unmasked": "lstm_scores_unmasked"
+            "unmasked": "glr_scores_unmasked"
         },
         "forward": {
-            "unmasked": "lstm_forward_unmasked"
+            "unmasked": "glr_forward_unmasked"
         },
         "backward": {
-            "unmasked": "lstm_backward_unmasked"
+            "unmasked": "glr_backward_unmasked"
         },
         "backward_from_forward": {
-            "unmasked": "lstm_backward_from_forward_unmasked"
+            "unmasked": "glr_backward_from_forward_unmasked"
         }
     },
     "moe": {
@@ -261,7 +261,7 @@ RETURNS = {
             "dH"
         ]
     },
-    "lstm": {
+    "glr": {
         "scores": [
             "s"
         ],
@@ -368,15 +368,15 @@ MUTANTS = {
         "question": "routing",
         "unmasked": "mutant_gate_no_baseline_unmasked"
     },
-    "lstm-advantage": {
-        "mechanism": "lstm",
+    "glr-advantage": {
+        "mechanism": "glr",
         "question": "routing",
-        "unmasked": "mutant_lstm_advantage_unmasked"
+        "unmasked": "mutant_glr_advantage_unmasked"
     },
-    "lstm-no-saturation": {
-        "mechanism": "lstm",
+    "glr-no-saturation": {
+        "mechanism": "glr",
         "question": "routing",
-        "unmasked": "mutant_lstm_no_saturation_unmasked"
+        "unmasked": "mutant_glr_no_saturation_unmasked"
     },
     "moe-per-key": {
         "mechanism": "moe",
@@ -878,13 +878,13 @@ def mutant_ssd_no_decay_unmasked(v, u):
 
 
 def gate_scores_unmasked(a):
-    """two-way convex gate (GRU update gate): The routing logits s (its logits A over g, given)."""
+    """scalar convex gate per position (sigma(x_t w) between state and input): The routing logits s (its logits A over g, given)."""
     s = a  # (..., n, 2)
     return s
 
 
 def gate_forward_unmasked(a, h):
-    """two-way convex gate (GRU update gate): The forward: the weights w and o_i = sum_g w_ig c_ig, each option's content c from H."""
+    """scalar convex gate per position (sigma(x_t w) between state and input): The forward: the weights w and o_i = sum_g w_ig c_ig, each option's content c from H."""
     s = a  # (..., n, 2)
     alpha = _softmax(s, None, dim=-1)  # (..., n, 2)
     prod0 = alpha[..., :, :, None] * h  # (..., n, 2, d_v)
@@ -893,7 +893,7 @@ def gate_forward_unmasked(a, h):
 
 
 def gate_backward_unmasked(u, a, h):
-    """two-way convex gate (GRU update gate): The backward from A, H and u = dL/do: the weights, dL/ds by the mechanism's proved routing form (dL/dA, its logits an input), dH by responsibility-weighted content."""
+    """scalar convex gate per position (sigma(x_t w) between state and input): The backward from A, H and u = dL/do: the weights, dL/ds by the mechanism's proved routing form (dL/dA, its logits an input), dH by responsibility-weighted content."""
     s = a  # (..., n, 2)
     alpha = _softmax(s, None, dim=-1)  # (..., n, 2)
     b = torch.einsum("...ab,...acb->...ac", u, h)  # (..., n, 2)
@@ -904,7 +904,7 @@ def gate_backward_unmasked(u, a, h):
 
 
 def gate_backward_from_forward_unmasked(alpha, u, h):
-    """two-way convex gate (GRU update gate): The backward reusing the forward's weights and o (the module's backward)."""
+    """scalar convex gate per position (sigma(x_t w) between state and input): The backward reusing the forward's weights and o (the module's backward)."""
     b = torch.einsum("...ab,...acb->...ac", u, h)  # (..., n, 2)
     baseline = torch.linalg.vecdot(alpha, b)  # (..., n)
     dS = b.sub_(baseline[..., :, None]).mul_(alpha)  # (..., n, 2)
@@ -930,14 +930,14 @@ def mutant_gate_no_baseline_unmasked(u, a, h):
     return dS
 
 
-def lstm_scores_unmasked(a):
-    """LSTM cell (independent forget and input gates): The routing logits s (its logits A over g, given)."""
+def glr_scores_unmasked(a):
+    """gated linear recurrence (independent forget and input gates of x_t): The routing logits s (its logits A over g, given)."""
     s = a  # (..., n, 2)
     return s
 
 
-def lstm_forward_unmasked(a, h):
-    """LSTM cell (independent forget and input gates): The forward: the weights w and o_i = sum_g w_ig c_ig, each option's content c from H."""
+def glr_forward_unmasked(a, h):
+    """gated linear recurrence (independent forget and input gates of x_t): The forward: the weights w and o_i = sum_g w_ig c_ig, each option's content c from H."""
     s = a  # (..., n, 2)
     alpha = torch.sigmoid(s)  # (..., n, 2)
     prod0 = alpha[..., :, :, None] * h  # (..., n, 2, d_v)
@@ -945,8 +945,8 @@ def lstm_forward_unmasked(a, h):
     return alpha, o
 
 
-def lstm_backward_unmasked(u, a, h):
-    """LSTM cell (independent forget and input gates): The backward from A, H and u = dL/do: the weights, dL/ds by the mechanism's proved routing form (dL/dA, its logits an input), dH by responsibility-weighted content."""
+def glr_backward_unmasked(u, a, h):
+    """gated linear recurrence (independent forget and input gates of x_t): The backward from A, H and u = dL/do: the weights, dL/ds by the mechanism's proved routing form (dL/dA, its logits an input), dH by responsibility-weighted content."""
     s = a  # (..., n, 2)
     alpha = torch.sigmoid(s)  # (..., n, 2)
     b = torch.einsum("...ab,...acb->...ac", u, h)  # (..., n, 2)
@@ -955,16 +955,16 @@ def lstm_backward_unmasked(u, a, h):
     return alpha, dS, dH
 
 
-def lstm_backward_from_forward_unmasked(alpha, u, h):
-    """LSTM cell (independent forget and input gates): The backward reusing the forward's weights and o (the module's backward)."""
+def glr_backward_from_forward_unmasked(alpha, u, h):
+    """gated linear recurrence (independent forget and input gates of x_t): The backward reusing the forward's weights and o (the module's backward)."""
     b = torch.einsum("...ab,...acb->...ac", u, h)  # (..., n, 2)
     dS = b.mul_(1 - alpha).mul_(alpha)  # (..., n, 2)
     dH = alpha[..., :, :, None] * u[..., :, None, :]  # (..., n, 2, d_v)
     return dS, dH
 
 
-def mutant_lstm_advantage_unmasked(u, a, h):
-    """negative control lstm-advantage: the paper's softmax form applied to the LSTM's gates (dS by the wrong form)."""
+def mutant_glr_advantage_unmasked(u, a, h):
+    """negative control glr-advantage: the paper's softmax form applied to the recurrence's gates (dS by the wrong form)."""
     s = a  # (..., n, 2)
     alpha = torch.sigmoid(s)  # (..., n, 2)
     b = torch.einsum("...ab,...acb->...ac", u, h)  # (..., n, 2)
@@ -973,8 +973,8 @@ def mutant_lstm_advantage_unmasked(u, a, h):
     return dS
 
 
-def mutant_lstm_no_saturation_unmasked(u, a, h):
-    """negative control lstm-no-saturation: the factor 1 - w dropped: w b (dS by the wrong form)."""
+def mutant_glr_no_saturation_unmasked(u, a, h):
+    """negative control glr-no-saturation: the factor 1 - w dropped: w b (dS by the wrong form)."""
     s = a  # (..., n, 2)
     alpha = torch.sigmoid(s)  # (..., n, 2)
     b = torch.einsum("...ab,...acb->...ac", u, h)  # (..., n, 2)

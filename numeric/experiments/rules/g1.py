@@ -201,7 +201,7 @@ def _g1_verdict(measured, comp, other, sets, proved_labels, d_point, dlo, dhi, p
 
 
 def g1_synthetic(seed=0, seeds=5, steps=100, competing=("softmax", "linear", "gate", "moe"),
-                 others=("sigmoid", "ssd", "lstm")):
+                 others=("sigmoid", "ssd", "glr")):
     """The positive control's measurement: every mechanism's SGD curves (each seed its own floor), the competing
     mechanisms' EM-like arm approaching the floor faster (speedup ~2.2), the others' EM-like arm SGD's own curves
     (no gain). Returns the keyword arguments of g1."""

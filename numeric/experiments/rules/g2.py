@@ -81,7 +81,7 @@ def g2(kl, competition, seed=0, resamples=G2_RESAMPLES, group="competing"):
                                      f"or better (p {p:.3f} > {G2_PERM_P})", measured)
 
 
-def g2_synthetic(seed=0, seeds=4, competing=("softmax", "linear", "gate", "moe"), others=("sigmoid", "ssd", "lstm"),
+def g2_synthetic(seed=0, seeds=4, competing=("softmax", "linear", "gate", "moe"), others=("sigmoid", "ssd", "glr"),
                  other_kl=0.2):
     """A constructed measurement: the competing mechanisms' KL about 0.05 bits, the others' about `other_kl` (0.2:
     4x, the positive control; 0.05: no structure, a negative one), each with 10% seed-to-seed spread. Returns the

@@ -1,0 +1,108 @@
+"""The LSTM the paper names as its negative case, trained beside the mechanisms on the conjecture's tasks.
+
+The equations are torch.nn.LSTM's (one layer, gate order i, f, g, o):
+
+    i_t = sigma(x_t W_xi + h_{t-1} W_hi + b_i)    f_t, o_t likewise
+    g_t = tanh(x_t W_xg + h_{t-1} W_hg + b_g)
+    c_t = f_t c_{t-1} + i_t g_t,    h_t = o_t tanh(c_t),    h_{-1} = c_{-1} = 0
+
+read out by W_O (h_t W_O, the logits over the next token). The gates see the current input and the previous hidden
+state, never another position's content relative to the query: the paper's reason an LSTM should not learn the
+posterior. It is not a mechanism of the mechanisms table (its weights over earlier positions are not a closed form of
+one step), so it has no proved cells; the conjecture's report shows it beside the table's partition, labelled as the
+paper's negative case, not inside it.
+
+Written over stacked parameters with leading dims (arms, seeds), like every layer of
+numeric.experiments.mechanism_layers, so all runs of a task train at once; tests/test_lstm.py checks the output
+against torch.nn.LSTM with the same weights (float64). Content (the EM-like arm's fast parameters): the candidate's
+weights W_xg, W_hg, b_g, what the cell writes; routing: the three gates and the readout.
+
+Capacity: `LSTM(factor)` picks the hidden width whose parameter count is nearest `factor` x the paper's mechanism's
+(softmax attention's W_Q, W_K, W_V, W_O) at the task's sizes: `lstm` at the same count, `lstm-wide` at about four
+times it, so a failure is not a matter of size.
+"""
+from __future__ import annotations
+
+from derive.mechanisms.layer import Layer
+
+GATES = 3  # i, f, o (the candidate g is the content)
+
+
+def count(h, d_in, m):
+    """Parameters of an LSTM of hidden width h on d_in inputs read out to m symbols."""
+    return 4 * h * d_in + 4 * h * h + 4 * h + h * m
+
+
+def attention_count(d_in, d_k, d_v, m):
+    """Parameters of softmax attention's layer: W_Q, W_K (d_in x d_k), W_V (d_in x d_v), W_O (d_v x m)."""
+    return 2 * d_in * d_k + d_in * d_v + d_v * m
+
+
+def width(factor, d_in, d_k, d_v, m):
+    """The hidden width whose parameter count is nearest factor x attention's (ties: the smaller width)."""
+    target = factor * attention_count(d_in, d_k, d_v, m)
+    return min(range(1, 4097), key=lambda h: (abs(count(h, d_in, m) - target), h))
+
+
+class LSTM(Layer):
+    """torch.nn.LSTM's cell over stacked parameters (leading (A, S, ...)), read out by W_O."""
+    shared = ()
+    content = ("W_xg", "W_hg", "b_g")
+    forms = ("scan",)
+    quadratic = False
+    padded = ()
+
+    def __init__(self, factor=1.0):
+        self.factor = float(factor)
+        self.own = {"W_x": ("d_in", "3h"), "W_h": ("h", "3h"), "b": ("3h",),
+                    "W_xg": ("d_in", "h"), "W_hg": ("h", "h"), "b_g": ("h",), "W_O": ("h", "m")}
+
+    def validate(self, name):
+        self.name = name
+
+    def shapes(self, dims):
+        h = width(self.factor, dims["d_in"], dims["d_k"], dims["d_v"], dims["m"])
+        sizes = {**dims, "h": h, "3h": GATES * h}
+        return {n: tuple(sizes[d] for d in shape) for n, shape in self.own.items()}
+
+    def mix(self, p, x):
+        """h_t for every position (..., T, h): the scan, one step per position."""
+        import torch
+
+        pre = x @ p["W_x"] + p["b"][..., None, :]  # (..., T, 3h)
+        pre_g = x @ p["W_xg"] + p["b_g"][..., None, :]
+        hdim = p["W_hg"].shape[-1]
+        lead = torch.broadcast_shapes(pre.shape[:-2], p["W_h"].shape[:-2])
+        h = pre.new_zeros((*lead, hdim))
+        c = pre.new_zeros((*lead, hdim))
+        out = []
+        for t in range(x.shape[-2]):
+            gates = pre[..., t, :] + (h[..., None, :] @ p["W_h"]).squeeze(-2)
+            i, f, o = gates.sigmoid().split(hdim, -1)
+            g = torch.tanh(pre_g[..., t, :] + (h[..., None, :] @ p["W_hg"]).squeeze(-2))
+            c = f * c + i * g
+            h = o * torch.tanh(c)
+            out.append(h)
+        return torch.stack(out, -2)
+
+    def weights(self, p, x, mask):
+        raise NotImplementedError("an LSTM has no closed-form weights over positions (it is not in the mechanisms "
+                                  "table)")
+
+    def tracked(self, p, x, rows):
+        raise NotImplementedError("an LSTM has no closed-form weights over positions (it is not in the mechanisms "
+                                  "table)")
+
+
+def _registered():
+    out = {"lstm": LSTM(1.0), "lstm-wide": LSTM(4.0)}
+    for name, lay in out.items():
+        lay.validate(name)
+    return out
+
+
+# The baselines the conjecture's tasks train beside the mechanisms (numeric.experiments.mechanism_layers.layer finds
+# them by name): not mechanisms, so neither the sticky grid nor the mechanisms table has them.
+BASELINES = _registered()
+TITLES = {"lstm": "LSTM (torch.nn.LSTM's equations), attention's parameter count",
+          "lstm-wide": "LSTM, about 4x attention's parameter count"}

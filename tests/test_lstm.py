@@ -1,0 +1,80 @@
+"""The conjecture's real LSTM (numeric.experiments.lstm): torch.nn.LSTM's equations over stacked parameters, its
+capacity controls, and its place beside (not inside) the mechanisms."""
+from __future__ import annotations
+
+import dataclasses
+
+import pytest
+import torch
+
+from numeric.experiments import bijection, lstm
+from numeric.experiments import mechanism_layers as ml
+from numeric.experiments import mechanism_tunnel as mt
+
+
+def _torch_lstm(p, a, s, d_in, h):
+    """torch.nn.LSTM holding run (a, s)'s weights: gate rows in torch's order (i, f, g, o), one bias (b_hh = 0)."""
+    net = torch.nn.LSTM(d_in, h, batch_first=True).double()
+    i, f, o = p["W_x"][a, s].split(h, -1)
+    hi, hf, ho = p["W_h"][a, s].split(h, -1)
+    bi, bf, bo = p["b"][a, s].split(h, -1)
+    with torch.no_grad():
+        net.weight_ih_l0.copy_(torch.cat([i, f, p["W_xg"][a, s], o], -1).T)
+        net.weight_hh_l0.copy_(torch.cat([hi, hf, p["W_hg"][a, s], ho], -1).T)
+        net.bias_ih_l0.copy_(torch.cat([bi, bf, p["b_g"][a, s], bo]))
+        net.bias_hh_l0.zero_()
+    return net
+
+
+@pytest.mark.parametrize("name", ["lstm", "lstm-wide"])
+def test_the_layer_is_torch_nn_lstm_with_the_same_weights(name):
+    lay = ml.layer(name)
+    d_in, T, B = 6, 9, 3
+    sh = lay.shapes({"d_in": d_in, "d_k": 4, "d_v": 4, "m": 5})
+    g = torch.Generator().manual_seed(0)
+    p = {n: torch.randn(2, 3, *s, generator=g, dtype=torch.float64) * 0.5 for n, s in sh.items()}
+    x = torch.randn(3, B, T, d_in, generator=g, dtype=torch.float64)  # (S, B, T, d_in): one batch per seed
+    ours = lay.mix({n: v[:, :, None] for n, v in p.items()}, x[None])  # (A, S, B, T, h)
+    h = sh["W_hg"][0]
+    for a in range(2):
+        for s in range(3):
+            ref, _ = _torch_lstm(p, a, s, d_in, h)(x[s])
+            torch.testing.assert_close(ours[a, s], ref, rtol=1e-12, atol=1e-13)
+    # a negative control: the same weights with the forget and input gates swapped are not torch's LSTM
+    swapped = dict(p)
+    i, f, o = p["W_x"].split(h, -1)
+    swapped["W_x"] = torch.cat([f, i, o], -1)
+    wrong = lay.mix({n: v[:, :, None] for n, v in swapped.items()}, x[None])
+    ref, _ = _torch_lstm(p, 0, 0, d_in, h)(x[0])
+    assert (wrong[0, 0] - ref).abs().max() > 1e-3
+
+
+def test_capacity_controls_match_and_exceed_attentions_parameter_count():
+    cfg = bijection.BijectionConfig()
+    d_in, m = 2 * cfg.symbols, cfg.symbols
+    target = lstm.attention_count(d_in, cfg.d_k, cfg.d_v, m)
+    counts = {}
+    for name in ("lstm", "lstm-wide"):
+        sh = ml.layer(name).shapes({"d_in": d_in, "d_k": cfg.d_k, "d_v": cfg.d_v, "m": m})
+        counts[name] = sum(torch.Size(s).numel() for s in sh.values())
+        assert counts[name] == lstm.count(sh["W_hg"][0], d_in, m)
+    assert abs(counts["lstm"] - target) <= 0.1 * target  # the same count, to a width step
+    assert 3.5 * target <= counts["lstm-wide"] <= 4.5 * target
+    assert lstm.width(1.0, 10, 2, 2, 3) < lstm.width(4.0, 10, 2, 2, 3)
+
+
+def test_the_baselines_train_beside_the_mechanisms_but_are_not_mechanisms():
+    assert "lstm" not in ml.names() and set(ml.baselines()) == {"lstm", "lstm-wide"}
+    assert ml.trainable()[-2:] == ml.baselines()
+    assert set(ml.content("lstm")) == {"W_xg", "W_hg", "b_g"} and "W_O" in ml.routing("lstm")
+    with pytest.raises(ValueError, match="no trainable layer; choose from"):
+        ml.layer("gru")
+    with pytest.raises(NotImplementedError, match="not in the mechanisms"):
+        ml.layer("lstm").weights({}, None, None)
+    task = bijection.BijectionConfig(values=3, pairs=4, batch=4, steps=3, eval_batch=5, d_k=4, d_v=4)
+    cfg = mt.MechanismTunnelConfig(tunnel=task, mechanisms=("softmax", "lstm"), seeds=(0, 1), seeds_per_task=2)
+    cfg.validate()
+    out = mt.train_task(cfg, "lstm", (0, 1))
+    assert out["finite"] and len(out["kl_bits"][0]) == 2
+    with pytest.raises(ValueError, match="distinct names among"):
+        dataclasses.replace(cfg, mechanisms=("softmax", "gru")).validate()
