@@ -231,13 +231,17 @@ class ExperimentSizes:
     mechanism_grid: MechanismGridSizes = MECHANISM_GRID_REDUCED
     mechanism_grid_extended: MechanismGridSizes = MECHANISM_GRID_FULL
     mechanism_bench_steps: int = 2
-    # The conjecture's task (claim G3): every mechanism on bijection recall (numeric.experiments.bijection, V = 16,
-    # 24 pairs), `conjecture_steps` Adam steps of `conjecture_batch` sequences on `conjecture_seeds`, scored on
+    # The conjecture's tasks (claim G3, `conjecture_tasks`): every mechanism and the real LSTM on bijection recall
+    # (numeric.experiments.bijection, V = 16, 24 pairs) and on the enlarged wind tunnel (numeric.experiments.
+    # transitions, K = 8, L = 128), `conjecture_steps` Adam steps of `conjecture_batch` sequences on `conjecture_seeds`
+    # at each rate of `conjecture_lrs` (each arm's chosen per mechanism on held-out validation sequences), scored on
     # `conjecture_eval_batch` held-out sequences.
+    conjecture_tasks: tuple = ("bijection", "transitions")
     conjecture_seeds: tuple = (0, 1, 2)
     conjecture_steps: int = 600
     conjecture_batch: int = 32
     conjecture_eval_batch: int = 256
+    conjecture_lrs: tuple = (1e-3, 3e-3, 1e-2)
 
     def __post_init__(self):
         _check_ints(self, "length", "steps", "blocks", "checkpoints", "tracked_rows", "replay_steps", "exact_steps",
@@ -281,6 +285,14 @@ class ExperimentSizes:
             if not isinstance(getattr(self, name), MechanismGridSizes):
                 raise ValueError(f"ExperimentSizes.{name} must be a MechanismGridSizes, got {getattr(self, name)!r}")
         _check_ints(self, "mechanism_bench_steps")
+        if (not isinstance(self.conjecture_tasks, tuple) or len(set(self.conjecture_tasks)) != len(self.conjecture_tasks)
+                or not set(self.conjecture_tasks) <= {"bijection", "transitions"}):
+            raise ValueError("ExperimentSizes.conjecture_tasks must be distinct names among bijection, transitions, got "
+                             f"{self.conjecture_tasks!r}")
+        if (not isinstance(self.conjecture_lrs, tuple) or not self.conjecture_lrs
+                or len(set(self.conjecture_lrs)) != len(self.conjecture_lrs)
+                or not all(isinstance(x, (int, float)) and x > 0 for x in self.conjecture_lrs)):
+            raise ValueError(f"ExperimentSizes.conjecture_lrs must be distinct positive rates, got {self.conjecture_lrs!r}")
         if not isinstance(self.opt_in, tuple) or not set(self.opt_in) <= set(OPT_IN):
             raise ValueError(f"ExperimentSizes.opt_in must be a tuple of {', '.join(OPT_IN)}, got {self.opt_in!r}")
 
@@ -371,7 +383,8 @@ QUICK = Profile(
                     mechanism_grid_extended=MechanismGridSizes(length=48, steps=30, seeds=(42, 2024), seeds_per_task=2,
                                                                blocks=2),
                     mechanism_bench_steps=1,
-                    conjecture_seeds=(0, 1), conjecture_steps=20, conjecture_batch=4, conjecture_eval_batch=32),
+                    conjecture_seeds=(0, 1), conjecture_steps=20, conjecture_batch=4, conjecture_eval_batch=32,
+                    conjecture_lrs=(3e-3, 1e-2)),
 )
 
 DEFAULT = Profile(

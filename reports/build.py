@@ -490,7 +490,7 @@ def experiments_section(results, figures):
                        mechanism_grid(grid, figures), level=3))
     by_id = {c["id"]: c for c in claims}
     out += [Section(f"measured-{cid}", f"{cid}: {by_id.get(cid, {}).get('name', cid)}",
-                    measured_claim(entry, by_id.get(cid, {})), level=3)
+                    measured_claim(entry, by_id.get(cid, {}), figures), level=3)
             for cid, entry in ex.get("measured_claims", {}).items()]
     out += [tex(Section(None, "Experiment checks", level=3)), Table(
         [alt("experiment check", "check"), "status", "seconds", "measured"],
@@ -618,14 +618,20 @@ def mechanism_grid(grid, figures):
     return out
 
 
-def measured_claim(entry, claim):
+def measured_claim(entry, claim, figures=()):
     """A claim measured from the other experiments' numbers (results.json experiments.measured_claims): its
-    statement, what its section says, its verdict and reason, and every number it measured; its controls are in the
-    controls table."""
+    statement, what its section says, its verdict and reason, its own tables and figures where it has them, and
+    every number it measured; its controls are in the controls table."""
     out = [Paragraph([Emph(claim.get("statement", "")), " (", claim.get("ref", ""), ")."])] if claim else []
     if entry.get("section"):
         out.append(Paragraph(entry["section"]))
     out.append(Paragraph([badge(entry["verdict"]), " ", entry["reason"]]))
+    for tab in entry.get("tables", ()):
+        if tab.get("caption"):
+            out.append(Paragraph(Emph(tab["caption"])))
+        out.append(Table(list(tab["header"]), [[fmt(x) if isinstance(x, float) else str(x) for x in row]
+                                               for row in tab["rows"]], tex_pre=FOOT))
+    out += [Figure(n, id=f"fig-{n}") for n in entry.get("figures", ()) if n in figures]
     flat = v.flat_numbers(entry.get("measured", {}))
     if flat:
         out.append(Table(["measured", "value"], [[Code(k), fmt(x)] for k, x in flat], num=nums(1), tex_pre=FOOT,

@@ -225,6 +225,47 @@ def mechanism_grid(r):
     return fig
 
 
+CONJECTURE_TASKS = ("bijection", "transitions")
+CONJECTURE_TITLES = {"bijection": "G3, bijection recall", "transitions": "G3, enlarged wind tunnel"}
+
+
+def _conjecture(task):
+    def draw(r):
+        return conjecture(r, task)
+    draw.__doc__ = f"G3 on {task}: conjecture(r, {task!r})."
+    return draw
+
+
+def conjecture(r, task):
+    """G3 on one task: per position the predictive entropy (bits, mean over held-out sequences and seeds) of every
+    mechanism's EM-like arm, coloured by its content_routing cell, the baselines (the real LSTM) grey, Bayes black;
+    the best floor's KL at the queries in the title."""
+    entry = (r.get("experiments", {}).get("conjecture") or {}).get(task)
+    bayes = (entry or {}).get("bayes_entropy_by_position")
+    if not entry or not bayes:
+        return None
+    labels, base = entry.get("content_routing", {}), set(entry.get("baselines", ()))
+    fig, ax = plt.subplots(figsize=(6.4, 3.2))
+    x = list(range(1, len(bayes) + 1))
+    for m, s in entry["mechanisms"].items():
+        e = (s.get("arms") or {}).get("em_like", {}) if not s.get("failed") else {}
+        if "entropy_by_position" not in e:
+            continue
+        color, ls = (("#7f7f7f", "--") if m in base else (STRUCTURE_COLORS[labels.get(m)], "-"))
+        ax.plot(x, e["entropy_by_position"], color=color, ls=ls, lw=1.0, alpha=0.85)
+        ax.annotate(m, (x[-1], e["entropy_by_position"][-1]), fontsize=6, color=color, xytext=(2, 0),
+                    textcoords="offset points", va="center")
+    ax.plot(x, bayes, color="k", lw=1.6)
+    ax.set(xlabel="position t", ylabel="predictive entropy (bits)", title=CONJECTURE_TITLES.get(task, task))
+    handles = [plt.Line2D([], [], color=STRUCTURE_COLORS[True], label="routes by content (proved)"),
+               plt.Line2D([], [], color=STRUCTURE_COLORS[False], label="does not (disproved)"),
+               plt.Line2D([], [], color="#7f7f7f", ls="--", label="real LSTM (no cell)"),
+               plt.Line2D([], [], color="k", lw=1.6, label="Bayes")]
+    ax.legend(handles=handles, fontsize=7, loc="upper right", frameon=False)
+    ax.set_xlim(1, len(bayes) * 1.12)
+    return fig
+
+
 # W1: one small-multiples figure per watched quantity (layers x heads panels, one curve per optimizer):
 # name -> (quantities drawn solid then dashed, title, log scale)
 DEEP_FIGURES = {
@@ -298,6 +339,7 @@ FIGURES = {"loss_curves": loss_curves, "steps_to_threshold": steps_to_threshold,
            "frame_precision": frame_precision, "lr_sweep": lr_sweep, "manifold": manifold,
            "simulations": simulations, "typicality": typicality, "scaling": scaling, "benchmark": benchmark,
            "mechanism_grid": mechanism_grid,
+           **{f"conjecture_{task}": _conjecture(task) for task in CONJECTURE_TASKS},
            **{name: _deep(name) for name in DEEP_FIGURES}}
 
 

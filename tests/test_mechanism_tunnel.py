@@ -172,3 +172,55 @@ def test_the_bijection_task_trains_every_chosen_mechanism_with_its_floors_beside
     assert summary["softmax"]["floors"] == summary["glr"]["floors"]  # the same sequences for every mechanism
     assert cfg.key() != dataclasses.replace(TINY, mechanisms=("softmax", "glr")).key()
     assert "floor counts" in mt.table(summary)
+
+
+def test_a_rate_sweep_is_one_batch_of_runs_and_each_arms_rate_is_chosen_on_validation_sequences():
+    """lrs: every (arm, rate) a run of its own on the leading axis; a run at one rate equals the same rate trained
+    alone (the runs share nothing); each arm's reported numbers are those of the rate with the lowest validation KL,
+    which is computed on sequences other than the scored ones."""
+    from numeric.experiments import bijection
+
+    task = bijection.BijectionConfig(values=4, pairs=6, batch=4, steps=15, eval_batch=8, d_k=4, d_v=5)
+    swept = mt.MechanismTunnelConfig(tunnel=task, mechanisms=("softmax",), seeds=(0, 1), seeds_per_task=2,
+                                     lrs=(1e-3, 3e-2))
+    out = mt.train_task(swept, "softmax", (0, 1))
+    assert out["runs"] == [["sgd", 1e-3], ["sgd", 3e-2], ["em_like", 1e-3], ["em_like", 3e-2]]
+    alone = mt.train_task(dataclasses.replace(swept, lrs=(3e-2,)), "softmax", (0, 1))
+    assert np.allclose(out["kl_bits"][1], alone["kl_bits"][0], rtol=1e-10)
+    assert np.allclose(out["kl_bits"][3], alone["kl_bits"][1], rtol=1e-10)
+    assert "validation_kl_bits" in out and "validation_kl_bits" not in alone
+    assert not np.allclose(out["validation_kl_bits"], out["kl_bits"])  # other sequences
+    s = mt.summarise([out])
+    for a, arm in enumerate(mt.ARMS):
+        e = s["arms"][arm]
+        val = {lr: np.mean(out["validation_kl_bits"][2 * a + i]) for i, lr in enumerate(swept.lrs)}
+        assert e["lr"] == min(val, key=val.get) and len(e["lr_sweep"]) == 2
+        r = 2 * a + swept.lrs.index(e["lr"])
+        assert np.allclose(e["kl_bits_per_seed"], out["kl_bits"][r], rtol=1e-12)  # the task's own score of it
+        T = task.length - 1
+        assert len(e["entropy_by_position"]) == T and len(e["entropy_mae_by_position"]) == T
+        assert abs(np.mean(e["entropy_mae_by_position"]) - e["entropy_mae_bits"]) < 1e-9
+    assert len(s["bayes_entropy_by_position"]) == task.length - 1
+    assert "lr " in mt.table({"softmax": s})
+    with pytest.raises(ValueError, match="distinct positive rates"):
+        dataclasses.replace(swept, lrs=(1e-3, 1e-3)).validate()
+    with pytest.raises(ValueError, match="distinct positive rates"):
+        dataclasses.replace(swept, lrs=(-1.0,)).validate()
+
+
+def test_the_conjecture_config_reads_the_profile_and_the_cli_refuses_bad_options(capsys):
+    sizes = profiles.get("quick").experiments
+    cfg = mt.conjecture_config(sizes, "bijection")
+    assert cfg.mechanisms == ml.trainable() and cfg.lrs == tuple(sizes.conjecture_lrs)
+    assert (cfg.tunnel.steps, cfg.tunnel.batch) == (sizes.conjecture_steps, sizes.conjecture_batch)
+    assert mt.conjecture_config(sizes, "bijection", extended=True).tunnel.steps == 1500
+    with pytest.raises(SystemExit):
+        mt.main(["--task", "windtunnel", "--pairs", "8"])
+    assert "--pairs applies to --task bijection only" in capsys.readouterr().err
+    with pytest.raises(SystemExit):
+        mt.main(["--task", "bijection", "--lrs", "a,b"])
+    assert "comma-separated learning rates" in capsys.readouterr().err
+    with pytest.raises(ValueError, match="conjecture_lrs"):
+        dataclasses.replace(sizes, conjecture_lrs=(0.0,)).validate()
+    with pytest.raises(ValueError, match="conjecture_tasks"):
+        dataclasses.replace(sizes, conjecture_tasks=("sticky",)).validate()

@@ -17,7 +17,8 @@ accuracy where the answer was shown.
 One Dask task per mechanism and group of seeds (`train_task`, pure, both arms batched), cached under
 DIR/cache/mechanism-tunnel/.
 
-    python -m numeric.experiments.mechanism_tunnel [--quick | --extended] [--task windtunnel|bijection]
+    python -m numeric.experiments.mechanism_tunnel [--quick | --extended] [--task windtunnel|bijection|transitions]
+                                                   [--lrs LR,LR,...] [--pairs N]
                                                    [--workers N | --scheduler ADDRESS] [--out DIR]
 """
 from __future__ import annotations
@@ -33,38 +34,58 @@ from dataclasses import dataclass, field
 import numpy as np
 import torch
 
-from numeric.experiments import bijection, chain, windtunnel
+from numeric.experiments import bijection, chain, transitions, windtunnel
 from numeric.experiments import mechanism_layers as ml
 from numeric.experiments import stats as st
 from numeric.experiments.config import positive, positive_ints
 
 LABEL = "mechanism-tunnel"
 ARMS = ("sgd", "em_like")
-RESULT = "t2"  # what a task returns, named in its cache key (t2: the task's own scores and floors)
-TASKS = {"windtunnel": windtunnel, "bijection": bijection}
+RESULT = "t3"  # what a task returns, named in its cache key (t3: runs over arms x rates, entropy per position)
+TASKS = {"windtunnel": windtunnel, "bijection": bijection, "transitions": transitions}
+CONFIGS = {windtunnel.TunnelConfig: windtunnel, bijection.BijectionConfig: bijection,
+           transitions.TransitionsConfig: transitions}
 
 
 def task_of(cfg):
-    """The task module `cfg.tunnel` configures (sample, inputs, bayes_predictive; bijection also floors, scores)."""
-    return bijection if isinstance(cfg.tunnel, bijection.BijectionConfig) else windtunnel
+    """The task module `cfg.tunnel` configures (sample, inputs, bayes_predictive; the conjecture's tasks also floors
+    and scores)."""
+    try:
+        return CONFIGS[type(cfg.tunnel)]
+    except KeyError:
+        raise ValueError(f"MechanismTunnelConfig.tunnel must be one of {[c.__name__ for c in CONFIGS]}, got "
+                         f"{type(cfg.tunnel).__name__}") from None
 
 
 @dataclass(frozen=True)
 class MechanismTunnelConfig:
     """The wind tunnel's task and optimiser (`tunnel`: E5's TunnelConfig; its seed is replaced by `seeds`), the
-    mechanisms, the seeds, the initial scale of every parameter, and the seeds batched in one task."""
+    mechanisms, the seeds, the initial scale of every parameter, the seeds batched in one task, and the learning
+    rates swept (`lrs`; empty: the task's own lr). Every (arm, rate) pair is a run of its own, batched on the leading
+    axis; with several rates each arm's is chosen per mechanism on held-out validation sequences (`summarise`)."""
 
-    tunnel: object = windtunnel.TunnelConfig()  # or a bijection.BijectionConfig
+    tunnel: object = windtunnel.TunnelConfig()  # or a bijection.BijectionConfig, a transitions.TransitionsConfig
     mechanisms: tuple = field(default_factory=ml.names)  # every registered mechanism with a layer
     seeds: tuple = (0, 1, 2, 3)
     init_std: float = 0.3  # as E5's attention head
     seeds_per_task: int = 4
+    lrs: tuple = ()
+
+    def rates(self):
+        """The learning rates trained: `lrs`, or the task's own lr."""
+        return tuple(float(x) for x in self.lrs) or (float(self.tunnel.lr),)
+
+    def runs(self):
+        """(arm, learning rate) of each run on the leading axis, arm-major."""
+        return [(a, lr) for a in ARMS for lr in self.rates()]
 
     def validate(self):
         self.tunnel.validate()
         positive_ints(self, "seeds_per_task")
         positive(self, "init_std")
         ml.check_names(self.mechanisms, "MechanismTunnelConfig.mechanisms", ml.trainable())
+        if len(set(self.rates())) != len(self.rates()) or not all(math.isfinite(x) and x > 0 for x in self.rates()):
+            raise ValueError(f"MechanismTunnelConfig.lrs must be distinct positive rates, got {self.lrs!r}")
         if len(self.seeds) < 2 or len(set(self.seeds)) != len(self.seeds):
             raise ValueError(f"MechanismTunnelConfig.seeds must hold at least two distinct seeds, got {self.seeds!r}")
         return self
@@ -82,8 +103,9 @@ class MechanismTunnelConfig:
 
 
 def init_params(cfg, mechanism, seeds):
-    """{name: (A, S, 1, ...)} float64 leaves: every parameter N(0, init_std^2), drawn per (seed, name); the third
-    axis broadcasts over the batch of sequences."""
+    """{name: (R, S, 1, ...)} float64 leaves, R = runs() (arm x learning rate): every parameter N(0, init_std^2),
+    drawn per (seed, name); every run of a seed starts from the same point; the third axis broadcasts over the batch
+    of sequences."""
     K, t = cfg.tunnel.symbols, cfg.tunnel
     sh = ml.shapes(mechanism, 2 * K, t.d_k, t.d_v, K)
     out = {}
@@ -92,7 +114,7 @@ def init_params(cfg, mechanism, seeds):
         for s in seeds:
             g = torch.Generator().manual_seed((int(s) * 1_000_003 + zlib.crc32(name.encode())) % (2 ** 62))
             per.append(torch.randn(sh[name], generator=g, dtype=torch.float64) * cfg.init_std)
-        w = torch.stack(per)[None, :, None].expand(len(ARMS), *([-1] * (len(sh[name]) + 2)))
+        w = torch.stack(per)[None, :, None].expand(len(cfg.runs()), *([-1] * (len(sh[name]) + 2)))
         out[name] = w.clone().requires_grad_(True)
     return out
 
@@ -106,7 +128,8 @@ def _batch(cfg, gens, batch):
 
 
 def train_task(cfg, mechanism, seeds, where=None):
-    """Both arms of `mechanism` on `seeds` (torch on one thread inside the call), then the evaluation. Pure."""
+    """Every run (arm x learning rate) of `mechanism` on `seeds` (torch on one thread inside the call), then the
+    evaluation. Pure."""
     threads = torch.get_num_threads()
     torch.set_num_threads(1)
     try:
@@ -116,11 +139,27 @@ def train_task(cfg, mechanism, seeds, where=None):
         torch.set_num_threads(threads)
 
 
+def _entropy_bits(q):
+    return -(q * torch.log(q.clamp_min(1e-300))).sum(-1) / math.log(2)
+
+
+def _evaluate(cfg, mechanism, params, seeds, offset):
+    """The model's and Bayes's predictives on eval_batch fresh sequences per seed (generator seed + offset)."""
+    gens = [torch.Generator().manual_seed(int(s) + offset) for s in seeds]
+    x, _, ys = _batch(cfg, gens, cfg.tunnel.eval_batch)
+    with torch.no_grad():
+        p = ml.probabilities(mechanism, params, x)  # (R, S, B, T, K)
+    task = task_of(cfg)
+    bayes = torch.stack([task.bayes_predictive(cfg.tunnel, yy) for yy in ys])[None]  # (1, S, B, T, K)
+    return p, bayes, ys
+
+
 def _train(cfg, mechanism, seeds):
     t = cfg.tunnel
+    runs = cfg.runs()
     params = init_params(cfg, mechanism, seeds)
-    lrs = {n: torch.tensor([t.lr * (t.value_lr_ratio if a == "em_like" and n in ml.content(mechanism) else 1.0)
-                            for a in ARMS], dtype=torch.float64).view(-1, *([1] * (p.dim() - 1)))
+    lrs = {n: torch.tensor([lr * (t.value_lr_ratio if a == "em_like" and n in ml.content(mechanism) else 1.0)
+                            for a, lr in runs], dtype=torch.float64).view(-1, *([1] * (p.dim() - 1)))
            for n, p in params.items()}
     gens = [torch.Generator().manual_seed(int(s) + 17) for s in seeds]  # the same sequences for every mechanism
     curve = []
@@ -128,32 +167,35 @@ def _train(cfg, mechanism, seeds):
     t0 = time.perf_counter()
     for _ in range(t.steps):
         x, y, _ = _batch(cfg, gens, t.batch)
-        loss = ml.losses(mechanism, params, x, y).mean(-1)  # (A, S): the mean over sequences and positions
+        loss = ml.losses(mechanism, params, x, y).mean(-1)  # (R, S): the mean over sequences and positions
         if adam is not None:
             adam.step(params, lrs, loss)
         else:
             ml.descend(params, lrs, loss)
         curve.append(loss.detach())
     seconds = time.perf_counter() - t0
-    evaluation = [torch.Generator().manual_seed(int(s) + 99) for s in seeds]
-    x, y, ys = _batch(cfg, evaluation, t.eval_batch)
-    with torch.no_grad():
-        p = ml.probabilities(mechanism, params, x)  # (A, S, B, T, K)
+    p, bayes, ys = _evaluate(cfg, mechanism, params, seeds, 99)
     task = task_of(cfg)
-    bayes = torch.stack([task.bayes_predictive(t, yy) for yy in ys])[None]  # (1, S, B, T, K)
-    ln2 = math.log(2)
-    ent = lambda q: -(q * torch.log(q.clamp_min(1e-300))).sum(-1) / ln2  # noqa: E731
-    losses = torch.stack(curve, -1)  # (A, S, steps)
+    ent_p, ent_b = _entropy_bits(p), _entropy_bits(bayes)  # (R, S, B, T), (1, S, B, T)
+    losses = torch.stack(curve, -1)  # (R, S, steps)
     extra = {}
-    if hasattr(task, "scores"):  # the task's own scores per arm and seed, and its floors on the same sequences
-        extra["scores"] = [[task.scores(t, ys[s], p[a, s], bayes[0, s]) for s in range(len(seeds))]
-                           for a in range(len(ARMS))]
-        extra["floors"] = [{name: task.scores(t, ys[s], f, bayes[0, s]) for name, f in task.floors(t, ys[s]).items()}
-                           for s in range(len(seeds))]
-    return {**extra, "mechanism": mechanism, "seeds": list(seeds), "arms": list(ARMS), "steps": t.steps,
-            "kl_bits": chain.kl_bits(bayes, p).mean(-1).tolist(),  # (A, S): mean over positions, then sequences
-            "entropy_mae_bits": (ent(p) - ent(bayes)).abs().mean((-1, -2)).tolist(),
-            "bayes_entropy_bits": float(ent(bayes).mean()),
+    if hasattr(task, "scores"):  # the task's own scores per run and seed, and its floors on the same sequences
+        extra["scores"] = [[task.scores(t, ys[s], p[r, s], bayes[0, s]) for s in range(len(seeds))]
+                           for r in range(len(runs))]
+        extra["floors"] = [{name: {**task.scores(t, ys[s], f, bayes[0, s]),
+                                   "entropy_mae_bits": float((_entropy_bits(f) - ent_b[0, s]).abs().mean())}
+                            for name, f in task.floors(t, ys[s]).items()} for s in range(len(seeds))]
+    if len(cfg.lrs) > 1:  # the rate is chosen on sequences of its own, not on the ones scored
+        pv, bv, _ = _evaluate(cfg, mechanism, params, seeds, 55)
+        extra["validation_kl_bits"] = chain.kl_bits(bv, pv).mean(-1).tolist()
+    return {**extra, "mechanism": mechanism, "seeds": list(seeds), "arms": list(ARMS), "lrs": list(cfg.rates()),
+            "runs": [list(r) for r in runs], "steps": t.steps,
+            "kl_bits": chain.kl_bits(bayes, p).mean(-1).tolist(),  # (R, S): mean over positions, then sequences
+            "entropy_mae_bits": (ent_p - ent_b).abs().mean((-1, -2)).tolist(),
+            "entropy_by_position": ent_p.mean(-2).tolist(),  # (R, S, T): mean over the held-out sequences
+            "entropy_mae_by_position": (ent_p - ent_b).abs().mean(-2).tolist(),
+            "bayes_entropy_bits": float(ent_b.mean()),
+            "bayes_entropy_by_position": ent_b[0].mean(-2).tolist(),  # (S, T)
             "final_loss": losses[..., -max(1, t.steps // 20):].mean(-1).tolist(),  # the last 5% of steps
             "curve": losses[..., :: max(1, t.steps // 100)].tolist(),
             "finite": bool(torch.isfinite(losses).all() and torch.isfinite(p).all()),
@@ -186,28 +228,54 @@ def run(cfg, cache_dir=None, workers=None, scheduler=None, log=print, cluster=No
     return out, outcome
 
 
+def _interval(v):
+    v = np.asarray(v, float)
+    mean, half = st.mean_ci(v) if np.isfinite(v).all() else (float("nan"), float("nan"))
+    return float(mean), [float(mean - half), float(mean + half)]
+
+
 def summarise(parts):
-    """One mechanism's task results joined over seeds: per arm mean, 95% t-interval and per-seed values."""
+    """One mechanism's task results joined over seeds: per arm, at the learning rate chosen for it (the lowest
+    seed-mean KL on the validation sequences when several were swept), the mean, 95% t-interval and per-seed
+    values; beside it every swept rate's validation and test KL."""
+    first = parts[0]
+    runs = [tuple(r) for r in first.get("runs", [[a, None] for a in first["arms"]])]
     out = {"seeds": [s for p in parts for s in p["seeds"]], "finite": all(p["finite"] for p in parts),
            "timing": float(sum(p.get("timing", {}).get("loop_seconds", 0.0) for p in parts)),
            "bayes_entropy_bits": float(np.mean([p["bayes_entropy_bits"] for p in parts])), "arms": {}}
-    for a, arm in enumerate(parts[0]["arms"]):
-        entry = {}
+    if "bayes_entropy_by_position" in first:
+        out["bayes_entropy_by_position"] = np.mean([row for p in parts for row in p["bayes_entropy_by_position"]],
+                                                   0).tolist()
+    seeds_of = lambda key, r: [x for p in parts for x in p[key][r]]  # noqa: E731
+    for arm in first["arms"]:
+        mine = [r for r, (a, _) in enumerate(runs) if a == arm]
+        sweep = {}
+        if "validation_kl_bits" in first:
+            for r in mine:
+                sweep[r] = float(np.mean(seeds_of("validation_kl_bits", r)))
+            finite = {r: v for r, v in sweep.items() if np.isfinite(v)}
+            best = min(finite, key=finite.get) if finite else mine[0]
+        else:
+            best = mine[0]
+        entry = {"lr": runs[best][1]}
+        if sweep:
+            entry["lr_sweep"] = [{"lr": runs[r][1], "validation_kl_bits": sweep[r],
+                                  "kl_bits": float(np.mean(seeds_of("kl_bits", r)))} for r in mine]
         for key in ("kl_bits", "entropy_mae_bits", "final_loss"):
-            v = np.asarray([x for p in parts for x in p[key][a]], float)
-            mean, half = st.mean_ci(v) if np.isfinite(v).all() else (float("nan"), float("nan"))
-            entry[key] = float(mean)
-            entry[f"{key}_ci95"] = [float(mean - half), float(mean + half)]
-            entry[f"{key}_per_seed"] = v.tolist()
-        entry["curve"] = np.mean([c for p in parts for c in p["curve"][a]], 0).tolist()
-        if "scores" in parts[0]:  # the task's own scores (bijection: KL at the queries, accuracy where shown)
-            for key in parts[0]["scores"][a][0]:
-                v = np.asarray([x[key] for p in parts for x in p["scores"][a]], float)
-                mean, half = st.mean_ci(v) if np.isfinite(v).all() else (float("nan"), float("nan"))
-                entry[key], entry[f"{key}_ci95"] = float(mean), [float(mean - half), float(mean + half)]
-                entry[f"{key}_per_seed"] = v.tolist()
+            v = seeds_of(key, best)
+            entry[key], entry[f"{key}_ci95"] = _interval(v)
+            entry[f"{key}_per_seed"] = [float(x) for x in v]
+        entry["curve"] = np.mean(seeds_of("curve", best), 0).tolist()
+        for key in ("entropy_by_position", "entropy_mae_by_position"):
+            if key in first:
+                entry[key] = np.mean(seeds_of(key, best), 0).tolist()
+        if "scores" in first:  # the task's own scores (KL at the queries, accuracy where the answer was shown)
+            for key in first["scores"][best][0]:
+                v = [x[key] for p in parts for x in p["scores"][best]]
+                entry[key], entry[f"{key}_ci95"] = _interval(v)
+                entry[f"{key}_per_seed"] = [float(x) for x in v]
         out["arms"][arm] = entry
-    if "floors" in parts[0]:  # the same for every mechanism (the same held-out sequences)
+    if "floors" in first:  # the same for every mechanism (the same held-out sequences)
         rows = [f for p in parts for f in p["floors"]]
         out["floors"] = {name: {key: float(np.mean([r[name][key] for r in rows])) for key in rows[0][name]}
                          for name in rows[0]}
@@ -224,6 +292,33 @@ def from_sizes(sizes, tunnel, extended=False):
     return MechanismTunnelConfig(tunnel=tunnel, seeds=seeds, seeds_per_task=len(seeds))
 
 
+def _rates(text):
+    import argparse
+
+    try:
+        out = tuple(float(x) for x in text.split(",") if x.strip())
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected comma-separated learning rates, got {text!r}") from None
+    if not out:
+        raise argparse.ArgumentTypeError("expected at least one learning rate")
+    return out
+
+
+def conjecture_config(sizes, task, extended=False, lrs=None):
+    """The conjecture's campaign on `task` ("bijection" or "transitions") at a profile's ExperimentSizes: every
+    mechanism with a layer and the baselines (numeric.experiments.lstm), `conjecture_steps` Adam steps of
+    `conjecture_batch` sequences on `conjecture_seeds`, scored on `conjecture_eval_batch` held-out sequences, the
+    rates `conjecture_lrs` swept (or `lrs`); `extended`: the task's own steps, batch and evaluation."""
+    module = TASKS[task]
+    config = {"bijection": bijection.BijectionConfig, "transitions": transitions.TransitionsConfig}[task]
+    tunnel = config() if extended else config(steps=sizes.conjecture_steps, batch=sizes.conjecture_batch,
+                                                 eval_batch=sizes.conjecture_eval_batch)
+    assert task_of(MechanismTunnelConfig(tunnel=tunnel)) is module
+    seeds = tuple(sizes.conjecture_seeds)
+    return MechanismTunnelConfig(tunnel=tunnel, mechanisms=ml.trainable(), seeds=seeds, seeds_per_task=len(seeds),
+                                 lrs=tuple(sizes.conjecture_lrs if lrs is None else lrs))
+
+
 def table(summary):
     lines = [f"{'mechanism':10} {'KL sgd (bits)':>24} {'KL em_like (bits)':>24} {'entropy err em':>15}"]
     floors = next((s["floors"] for s in summary.values() if "floors" in s), None)
@@ -236,7 +331,8 @@ def table(summary):
             e = s["arms"][arm]
             cells.append(f"{e['kl_bits']:.4f} [{e['kl_bits_ci95'][0]:.4f}, {e['kl_bits_ci95'][1]:.4f}]")
         em = s["arms"]["em_like"]
-        lines.append(f"{m:10} {cells[0]:>24} {cells[1]:>24} {em['entropy_mae_bits']:15.4f}"
+        rates = ("  lr " + "/".join(f"{s['arms'][a]['lr']:g}" for a in ARMS)) if "lr_sweep" in em else ""
+        lines.append(f"{m:10} {cells[0]:>24} {cells[1]:>24} {em['entropy_mae_bits']:15.4f}{rates}"
                      + (f"  queries {em['kl_bits_queries']:.3f} bits, seen {em['accuracy_seen']:.1%}"
                         if "kl_bits_queries" in em else "") + ("" if s["finite"] else "  (not finite)"))
     for name, f in (floors or {}).items():
@@ -258,13 +354,29 @@ def main(argv=None, prog="python -m numeric.experiments.mechanism_tunnel"):
         options.campaign()])
     parser.add_argument("--task", choices=tuple(TASKS), default="windtunnel",
                         help="windtunnel: E5's task; bijection: bijection recall and elimination "
-                             "(numeric.experiments.bijection, V = 16, 24 pairs) with its floors (default: windtunnel)")
+                             "(numeric.experiments.bijection, V = 16, 24 pairs); transitions: the enlarged wind "
+                             "tunnel (numeric.experiments.transitions, K = 8, L = 128, Dirichlet 0.2); the last two "
+                             "with their floors and the real LSTM beside the mechanisms (default: windtunnel)")
+    parser.add_argument("--lrs", type=_rates, default=(), metavar="LR,LR,...",
+                        help="learning rates swept per mechanism, each arm's chosen on held-out validation sequences "
+                             "(default: the task's own lr)")
+    parser.add_argument("--pairs", type=int, default=None, metavar="N",
+                        help="bijection only: the number of pairs shown per sequence (default 24)")
     args = parser.parse_args(argv)
     sizes = profiles.get("quick" if args.profile == "quick" else "default").experiments
-    tunnel = windtunnel.from_sizes(sizes)
-    if args.task == "bijection":
-        tunnel = bijection.BijectionConfig(steps=tunnel.steps, batch=tunnel.batch, eval_batch=tunnel.eval_batch)
-    cfg = from_sizes(sizes, tunnel, args.profile == "extended")
+    if args.pairs is not None and args.task != "bijection":
+        parser.error("--pairs applies to --task bijection only")
+    if args.task == "windtunnel":
+        cfg = dataclasses.replace(from_sizes(sizes, windtunnel.from_sizes(sizes), args.profile == "extended"),
+                                  lrs=args.lrs)
+    else:
+        cfg = conjecture_config(sizes, args.task, extended=args.profile == "extended", lrs=args.lrs or None)
+        if args.pairs is not None:
+            cfg = dataclasses.replace(cfg, tunnel=dataclasses.replace(cfg.tunnel, pairs=args.pairs))
+    try:
+        cfg.validate()
+    except ValueError as exc:
+        parser.error(str(exc))
     t0 = time.perf_counter()
     try:
         summary, outcome = run(cfg, cache_dir=f"{args.out}/cache/{LABEL}" if args.out else None,

@@ -347,42 +347,50 @@ class ExperimentStage:
         self._rule_check("E4", "rule", e4.verdict, e4.reason, e4.measured)
 
     def conjecture(self):
-        """Every mechanism on bijection recall (numeric.experiments.bijection, through the mechanism tunnel's
-        campaign, cached under DIR/cache/mechanism-tunnel), with the floors beside them and the content_routing
-        labels of the mechanisms table: results.json experiments.conjecture, G3's inputs
+        """Every mechanism and the real LSTM on the conjecture's tasks (`conjecture_tasks`: bijection recall, the
+        enlarged wind tunnel; the mechanism tunnel's campaign, cached under DIR/cache/mechanism-tunnel), each arm at
+        the rate chosen on validation sequences, with the floors beside them and the content_routing and competition
+        labels of the mechanisms table: results.json experiments.conjecture.<task>, G3's inputs
         (numeric/experiments/rules/g3.py)."""
-        from numeric.experiments import bijection
         from numeric.experiments import mechanism_grid as mg
+        from numeric.experiments import mechanism_layers as ml
         from numeric.experiments import mechanism_tunnel as mt
 
         z = self.sizes
-        task = bijection.BijectionConfig(steps=z.conjecture_steps, batch=z.conjecture_batch,
-                                         eval_batch=z.conjecture_eval_batch)
-        seeds = tuple(z.conjecture_seeds)
-        cfg = mt.MechanismTunnelConfig(tunnel=task, seeds=seeds, seeds_per_task=len(seeds))
-        t0 = time.perf_counter()
-        summary, outcome = mt.run(cfg, cache_dir=self.cache.root / mt.LABEL, cluster=self.campaign, log=self.log)
-        wall = time.perf_counter() - t0
-        labels, source = mg.content_routing_labels(self.results.derive.get("mechanisms"), cfg.mechanisms)
-        ok = [m for m, x in summary.items() if not x.get("failed") and x["finite"]]
-        floors = next((summary[m]["floors"] for m in ok), {})
-        self.data["conjecture"] = _plain({"bijection": {
-            "config": dataclasses.asdict(cfg), "mechanisms": summary, "floors": floors, "content_routing": labels,
-            "labels_source": source, "campaign": {"workers": outcome.workers, "computed": outcome.computed,
-                                                  "cached": outcome.cached, "failed": outcome.failed, "wall_s": wall}}})
-        self._check("experiments/conjecture/bijection-valid", "G3", len(ok) == len(cfg.mechanisms) and not outcome.failed,
-                    wall, {"valid": ok, "failed_tasks": outcome.failed, "tasks_computed": outcome.computed},
-                    {"finite": True}, detail=f"{len(cfg.mechanisms)} mechanisms x {len(seeds)} seeds x 2 arms, "
-                                             f"{task.steps} Adam steps of {task.batch} sequences (V = {task.values}, "
-                                             f"{task.pairs} pairs)")
-        for m, x in summary.items():  # training time per mechanism against the paper's mechanism's
-            if "timing" in x and mechanisms.PAPER in summary and "timing" in summary[mechanisms.PAPER]:
-                ref = summary[mechanisms.PAPER]["timing"]
-                self.results.benchmarks.append({
-                    "name": f"experiments/conjecture/bijection/{m}", "device": "cpu", "dtype": "float64",
-                    "shape": {"steps": task.steps, "batch": task.batch, "seeds": len(seeds)}, "threads": 1,
-                    "ours_s": x["timing"], "reference": f"{mechanisms.PAPER}'s training (same task, 1 thread)",
-                    "reference_s": ref, "ratio": x["timing"] / ref if ref else float("nan")})
+        table = self.results.derive.get("mechanisms")
+        labels, source = mg.content_routing_labels(table, ml.names())
+        competition, _ = mg.structural_labels(table, ml.names(), "competition")
+        out = {}
+        for name in z.conjecture_tasks:
+            cfg = mt.conjecture_config(z, name)
+            task = cfg.tunnel
+            t0 = time.perf_counter()
+            summary, outcome = mt.run(cfg, cache_dir=self.cache.root / mt.LABEL, cluster=self.campaign, log=self.log)
+            wall = time.perf_counter() - t0
+            ok = [m for m, x in summary.items() if not x.get("failed") and x["finite"]]
+            floors = next((summary[m]["floors"] for m in ok), {})
+            out[name] = {
+                "config": dataclasses.asdict(cfg), "mechanisms": summary, "floors": floors, "content_routing": labels,
+                "competition": competition, "labels_source": source, "baselines": list(ml.baselines()),
+                "parameters": {m: _parameter_count(cfg, m) for m in cfg.mechanisms},
+                "bayes_entropy_by_position": next((summary[m].get("bayes_entropy_by_position") for m in ok), None),
+                "campaign": {"workers": outcome.workers, "computed": outcome.computed, "cached": outcome.cached,
+                             "failed": outcome.failed, "wall_s": wall}}
+            self._check(f"experiments/conjecture/{name}-valid", "G3", len(ok) == len(cfg.mechanisms) and not outcome.failed,
+                        wall, {"valid": ok, "failed_tasks": outcome.failed, "tasks_computed": outcome.computed},
+                        {"finite": True}, detail=f"{len(cfg.mechanisms)} models x {len(cfg.seeds)} seeds x 2 arms x "
+                                                 f"{len(cfg.rates())} rates, {task.steps} Adam steps of {task.batch} "
+                                                 f"sequences ({name})")
+            for m, x in summary.items():  # training time per mechanism against the paper's mechanism's
+                if "timing" in x and mechanisms.PAPER in summary and "timing" in summary[mechanisms.PAPER]:
+                    ref = summary[mechanisms.PAPER]["timing"]
+                    self.results.benchmarks.append({
+                        "name": f"experiments/conjecture/{name}/{m}", "device": "cpu", "dtype": "float64",
+                        "shape": {"steps": task.steps, "batch": task.batch, "seeds": len(cfg.seeds),
+                                  "rates": len(cfg.rates())}, "threads": 1,
+                        "ours_s": x["timing"], "reference": f"{mechanisms.PAPER}'s training (same task, 1 thread)",
+                        "reference_s": ref, "ratio": x["timing"] / ref if ref else float("nan")})
+        self.data["conjecture"] = _plain(out)
 
     def measured_claims(self):
         """The claims measured from the other experiments' numbers (a module's CLAIM in numeric/experiments/rules, a
@@ -751,6 +759,18 @@ class ExperimentStage:
                 "ratio": t["median_s"] / ref_s})
 
 
+def _parameter_count(cfg, mechanism):
+    """Trainable parameters of one run of `mechanism` at the tunnel config's sizes, and the share under the content
+    rate (the EM-like arm's fast parameters)."""
+    from numeric.experiments import mechanism_layers as ml
+
+    K, t = cfg.tunnel.symbols, cfg.tunnel
+    shapes = ml.shapes(mechanism, 2 * K, t.d_k, t.d_v, K)
+    size = {n: math.prod(s) for n, s in shapes.items()}
+    total = sum(size.values())
+    return {"total": total, "content_share": sum(size[n] for n in ml.content(mechanism)) / total}
+
+
 def _measured_claim(stage, claim):
     """One claim measured from the other experiments' numbers (EmpiricalClaim.measure): its rule and controls as
     checks, its entry of results.json experiments.measured_claims; None where its inputs were not run. A claim
@@ -773,7 +793,15 @@ def _measured_claim(stage, claim):
         return None
     stage._rule_check(cid, "rule", rule.verdict, rule.reason, rule.measured)
     _record_controls(stage, cid, controls, {c: claim.constructions.get(c, "") for c in controls})
+    tables = []
+    if getattr(claim, "tables", None) is not None:
+        try:
+            tables = _plain(claim.tables(rule.measured))
+        except Exception as exc:  # a table the claim cannot build is its own check's failure, not the stage's
+            stage.results.record(Check(f"experiments/{cid}/tables", "experiments", "experiment", cid, "fail", 0.0,
+                                       None, None, f"{type(exc).__name__}: {exc}"), stage.log)
     return {"verdict": rule.verdict, "reason": rule.reason, "measured": _plain(rule.measured),
+            "tables": tables, "figures": list(getattr(claim, "figures", ())),
             "section": claim.section, "controls": {c: {"kind": kind, "construction": claim.constructions.get(c, ""),
                                                        "verdict": r.verdict, "reason": r.reason}
                                                    for c, (kind, r) in controls.items()}}

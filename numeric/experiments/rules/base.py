@@ -59,6 +59,10 @@ class EmpiricalClaim:
     controls: Callable = None
     constructions: dict = field(default_factory=dict)
     section: str = ""
+    # Optional, for its report section: tables(measured) -> [{"caption", "header", "rows"}] (plain values), and the
+    # names of reports.figures' figures that show it (drawn from results.json where its data ran).
+    tables: Callable = None
+    figures: tuple = ()
 
     def __post_init__(self):
         if not callable(self.rule):
