@@ -236,12 +236,15 @@ class ExperimentSizes:
     # transitions, K = 8, L = 128), `conjecture_steps` Adam steps of `conjecture_batch` sequences on `conjecture_seeds`
     # at each rate of `conjecture_lrs` (each arm's chosen per mechanism on held-out validation sequences), scored on
     # `conjecture_eval_batch` held-out sequences.
+    # The wind tunnel runs at `conjecture_transitions_length` here (128 with --extended): K^2 = 64 counts exceed
+    # every vector state at either length.
     conjecture_tasks: tuple = ("bijection", "transitions")
     conjecture_seeds: tuple = (0, 1, 2)
     conjecture_steps: int = 600
-    conjecture_batch: int = 32
+    conjecture_batch: int = 16
     conjecture_eval_batch: int = 256
-    conjecture_lrs: tuple = (1e-3, 3e-3, 1e-2)
+    conjecture_lrs: tuple = (3e-3, 1e-2, 3e-2)
+    conjecture_transitions_length: int = 64
 
     def __post_init__(self):
         _check_ints(self, "length", "steps", "blocks", "checkpoints", "tracked_rows", "replay_steps", "exact_steps",
@@ -249,7 +252,7 @@ class ExperimentSizes:
                     "dynamics_train_steps", "tunnel_steps", "tunnel_batch", "tunnel_eval_batch", "tunnel_length",
                     "deep_steps", "deep_batch", "deep_every", "deep_d_model", "deep_ff", "deep_probe_batch",
                     "deep_eval_batch", "mechanism_tunnel_steps", "mechanism_tunnel_batch", "conjecture_steps",
-                    "conjecture_batch", "conjecture_eval_batch")
+                    "conjecture_batch", "conjecture_eval_batch", "conjecture_transitions_length")
         _check_ints(self, "deep_length", minimum=3)
         _check_seeds(self, "deep_seeds")
         if len(self.deep_seeds) < 2:
@@ -384,7 +387,7 @@ QUICK = Profile(
                                                                blocks=2),
                     mechanism_bench_steps=1,
                     conjecture_seeds=(0, 1), conjecture_steps=20, conjecture_batch=4, conjecture_eval_batch=32,
-                    conjecture_lrs=(3e-3, 1e-2)),
+                    conjecture_lrs=(3e-3, 1e-2), conjecture_transitions_length=16),
 )
 
 DEFAULT = Profile(

@@ -97,3 +97,15 @@ def test_bad_fields_are_refused(field, value):
 
     with pytest.raises(ValueError):
         dataclasses.replace(CFG, **{field: value}).validate()
+
+
+def test_accuracy_counts_any_of_bayes_tied_modes():
+    cfg = tr.TransitionsConfig(symbols=3, length=4)
+    y = torch.tensor([[0, 1, 0, 2]])
+    bayes = tr.bayes_predictive(cfg, y)
+    flipped = bayes.roll(1, -1)  # the mode moved to another symbol
+    assert tr.scores(cfg, y, bayes, bayes)["accuracy_seen"] == 1.0
+    p = torch.tensor([[[1 / 3] * 3, [0.2, 0.2, 0.6], [0.1, 0.8, 0.1]]], dtype=torch.float64)
+    # position 2 (symbol 0 seen before, its one successor 1): Bayes's mode is 1
+    assert tr.scores(cfg, y, p, bayes)["accuracy_seen"] == 1.0
+    assert tr.scores(cfg, y, flipped, bayes)["accuracy_seen"] == 0.0

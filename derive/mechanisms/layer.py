@@ -26,8 +26,24 @@ def beta(T):
     return -math.log(T)
 
 
+def project(x, w):
+    """x @ w for per-position rows x (..., T, d) and a matrix w (..., d, k). Where w has a broadcast axis of size 1
+    just before its matrix and x a batch there (the wind tunnel's (R, S, 1, d, k) against (1, S, B, T, d)), the
+    batch's rows are folded into one product per run: the same values, without a small product per sequence. A
+    vector x (..., B, d) against w (..., 1, d, k) is read the same way (B rows); a vector against a matrix without
+    that axis (..., d) @ (..., d, k) is one row."""
+    if w.dim() == x.dim() + 1:
+        if w.shape[-3] == 1:
+            return x @ w.squeeze(-3)
+        return (x[..., None, :] @ w).squeeze(-2)
+    if w.dim() >= 3 and w.dim() == x.dim() and w.shape[-3] == 1 and x.shape[-3] > 1:
+        out = x.reshape(*x.shape[:-3], x.shape[-3] * x.shape[-2], x.shape[-1]) @ w.squeeze(-3)
+        return out.unflatten(-2, (x.shape[-3], x.shape[-2]))
+    return x @ w
+
+
 def qkv(p, x):
-    return x @ p["W_Q"], x @ p["W_K"], x @ p["W_V"]
+    return project(x, p["W_Q"]), project(x, p["W_K"]), project(x, p["W_V"])
 
 
 def cumulative(logs):
@@ -38,7 +54,7 @@ def cumulative(logs):
 def logit(p, x, name):
     """x_t . w per position, (A, S, T): one matmul per (arm, seed), so each run's logits do not depend on the others
     in the batch (a summed product over the batch vectorises rows across the runs' boundaries)."""
-    return (x @ p[name][..., :, None]).squeeze(-1)
+    return project(x, p[name][..., :, None]).squeeze(-1)
 
 
 def softplus(a):
@@ -162,7 +178,7 @@ class Cell(Layer):
 
     def prepare(self, p, x):
         log_keep, log_write = self.logs(p, x)
-        return {"v": x @ p["W_V"], "G": cumulative(log_keep), "start": log_write.double()}
+        return {"v": project(x, p["W_V"]), "G": cumulative(log_keep), "start": log_write.double()}
 
     def block(self, pre, lo, hi, mask):
         return log_decay(pre, lo, hi, pre["v"].dtype).masked_fill(~mask, float("-inf")).exp()
@@ -172,7 +188,7 @@ class Cell(Layer):
         import torch
 
         keep, write = self.steps(p, x)
-        v = x @ p["W_V"]
+        v = project(x, p["W_V"])
         h = v.new_zeros(v[..., 0, :].shape)
         out = []
         for t in range(v.shape[-2]):

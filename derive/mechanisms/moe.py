@@ -5,7 +5,7 @@ over (token, expert), any 0/1 matrix at general size. The experts' weights W_e a
 from derive.mechanisms import register
 from derive.mechanisms.base import ContentSpec, Mechanism, Mutant
 from derive.mechanisms.forms import advantage, per_key
-from derive.mechanisms.layer import Layer
+from derive.mechanisms.layer import Layer, project
 
 
 def select(m, i, e):
@@ -51,7 +51,7 @@ class MoELayer(Layer):
 
     def router(self, p, x):
         """Router logits r (A, S, T, E), the top-k selection S (0/1, float) and the gates g (A, S, T, E)."""
-        r = x @ p["W_R"]
+        r = project(x, p["W_R"])
         top = r.detach().topk(self.top_k, -1).indices
         sel = r.new_zeros(r.shape).scatter_(-1, top, 1.0)
         return r, sel, r.masked_fill(sel == 0, float("-inf")).softmax(-1)
@@ -60,7 +60,7 @@ class MoELayer(Layer):
         """One matmul of (g_t (x) x_t) with the stacked experts."""
         _, _, g = self.router(p, x)
         gx = (g[..., :, None] * x[..., None, :]).flatten(-2)  # (..., T, E d_in)
-        return gx @ p["W_E"].flatten(-3, -2)  # W_E (..., E, d_in, d_v) as (..., E d_in, d_v)
+        return project(gx, p["W_E"].flatten(-3, -2))  # W_E (..., E, d_in, d_v) as (..., E d_in, d_v)
 
     def tracked(self, p, x, rows):
         """The gates of each tracked token, flattened (A, S, R * E)."""

@@ -36,7 +36,7 @@ def names():
 
 def baselines():
     """The models trained beside the mechanisms on the conjecture's tasks, not mechanisms themselves (no proved cells;
-    numeric.experiments.lstm: the real LSTM at attention's parameter count and at about four times it)."""
+    numeric.experiments.lstm: the real LSTM at attention's parameter count and at about three times it)."""
     from numeric.experiments import lstm
 
     return tuple(lstm.BASELINES)
@@ -214,7 +214,7 @@ def weights(mechanism, p, x, mask):
 
 def losses(mechanism, p, x, y, mask=None, form="quadratic", blocks=None):
     """Cross-entropy per run (A, S): the mean over positions of -log p(y_t), p = softmax(o_t W_O)."""
-    logp = (mix(mechanism, p, x, mask, form, blocks) @ p["W_O"]).log_softmax(-1)
+    logp = layer_base.project(mix(mechanism, p, x, mask, form, blocks), p["W_O"]).log_softmax(-1)
     return -logp.gather(-1, y.expand(logp.shape[:-1])[..., None]).squeeze(-1).mean(-1)
 
 
@@ -250,6 +250,6 @@ class Adam:
 
 
 def probabilities(mechanism, p, x, mask=None, form="quadratic", blocks=None):
-    return (mix(mechanism, p, x, mask, form, blocks) @ p["W_O"]).softmax(-1)
+    return layer_base.project(mix(mechanism, p, x, mask, form, blocks), p["W_O"]).softmax(-1)
 
 

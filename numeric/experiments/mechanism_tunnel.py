@@ -23,7 +23,9 @@ DIR/cache/mechanism-tunnel/.
 """
 from __future__ import annotations
 
+import copy
 import dataclasses
+import functools
 import hashlib
 import math
 import sys
@@ -143,14 +145,33 @@ def _entropy_bits(q):
     return -(q * torch.log(q.clamp_min(1e-300))).sum(-1) / math.log(2)
 
 
-def _evaluate(cfg, mechanism, params, seeds, offset):
-    """The model's and Bayes's predictives on eval_batch fresh sequences per seed (generator seed + offset)."""
+@functools.lru_cache(maxsize=4)
+def _held_out(cfg, seeds, offset):
+    """The held-out sequences of `seeds` (generator seed + offset): inputs, tokens and the Bayes predictive, the same
+    for every mechanism, so computed once per process (a worker trains several mechanisms on one config)."""
     gens = [torch.Generator().manual_seed(int(s) + offset) for s in seeds]
     x, _, ys = _batch(cfg, gens, cfg.tunnel.eval_batch)
-    with torch.no_grad():
-        p = ml.probabilities(mechanism, params, x)  # (R, S, B, T, K)
     task = task_of(cfg)
     bayes = torch.stack([task.bayes_predictive(cfg.tunnel, yy) for yy in ys])[None]  # (1, S, B, T, K)
+    return x, ys, bayes
+
+
+@functools.lru_cache(maxsize=4)
+def _floor_scores(cfg, seeds):
+    """The task's floors scored on the held-out sequences, per seed (as `_held_out`, once per process)."""
+    task, t = task_of(cfg), cfg.tunnel
+    _, ys, bayes = _held_out(cfg, seeds, 99)
+    ent_b = _entropy_bits(bayes)
+    return [{name: {**task.scores(t, ys[s], f, bayes[0, s]),
+                    "entropy_mae_bits": float((_entropy_bits(f) - ent_b[0, s]).abs().mean())}
+             for name, f in task.floors(t, ys[s]).items()} for s in range(len(seeds))]
+
+
+def _evaluate(cfg, mechanism, params, seeds, offset):
+    """The model's and Bayes's predictives on eval_batch fresh sequences per seed (generator seed + offset)."""
+    x, ys, bayes = _held_out(cfg, tuple(seeds), offset)
+    with torch.no_grad():
+        p = ml.probabilities(mechanism, params, x)  # (R, S, B, T, K)
     return p, bayes, ys
 
 
@@ -182,9 +203,7 @@ def _train(cfg, mechanism, seeds):
     if hasattr(task, "scores"):  # the task's own scores per run and seed, and its floors on the same sequences
         extra["scores"] = [[task.scores(t, ys[s], p[r, s], bayes[0, s]) for s in range(len(seeds))]
                            for r in range(len(runs))]
-        extra["floors"] = [{name: {**task.scores(t, ys[s], f, bayes[0, s]),
-                                   "entropy_mae_bits": float((_entropy_bits(f) - ent_b[0, s]).abs().mean())}
-                            for name, f in task.floors(t, ys[s]).items()} for s in range(len(seeds))]
+        extra["floors"] = copy.deepcopy(_floor_scores(cfg, tuple(seeds)))
     if len(cfg.lrs) > 1:  # the rate is chosen on sequences of its own, not on the ones scored
         pv, bv, _ = _evaluate(cfg, mechanism, params, seeds, 55)
         extra["validation_kl_bits"] = chain.kl_bits(bv, pv).mean(-1).tolist()
@@ -311,8 +330,11 @@ def conjecture_config(sizes, task, extended=False, lrs=None):
     rates `conjecture_lrs` swept (or `lrs`); `extended`: the task's own steps, batch and evaluation."""
     module = TASKS[task]
     config = {"bijection": bijection.BijectionConfig, "transitions": transitions.TransitionsConfig}[task]
-    tunnel = config() if extended else config(steps=sizes.conjecture_steps, batch=sizes.conjecture_batch,
-                                                 eval_batch=sizes.conjecture_eval_batch)
+    reduced = {"steps": sizes.conjecture_steps, "batch": sizes.conjecture_batch,
+               "eval_batch": sizes.conjecture_eval_batch}
+    if task == "transitions":
+        reduced["length"] = sizes.conjecture_transitions_length
+    tunnel = config() if extended else config(**reduced)
     assert task_of(MechanismTunnelConfig(tunnel=tunnel)) is module
     seeds = tuple(sizes.conjecture_seeds)
     return MechanismTunnelConfig(tunnel=tunnel, mechanisms=ml.trainable(), seeds=seeds, seeds_per_task=len(seeds),

@@ -227,7 +227,7 @@ CLAIM = EmpiricalClaim(
                                         "baselines at 0.1 x the best floor (derived)",
                    "G3/split": "content-routing mechanisms at 0.1 x the best floor, the others and the baselines at "
                                "the no-context floor (derived)"},
-    section="Every mechanism and the real LSTM (at attention's parameter count and about 4x it) trained on the "
+    section="Every mechanism and the real LSTM (at attention's parameter count and about 3x it) trained on the "
             "conjecture's tasks (Adam, both schedules, a learning-rate sweep with each arm's rate chosen on "
             "validation sequences, the same sequences and seeds for all); per model the EM-like arm's KL to Bayes at "
             "the query positions against the floors of predictors that see less (results.json "
