@@ -605,12 +605,14 @@ def mechanism_grid(grid, figures):
     out = [Paragraph(grid["summary"])]
     out += [Paragraph([Bold(g["id"]), *alt(f" ({g['statement']}): ", f", {g['statement']}: "), badge(g["verdict"]),
                        tex("."), " ", g["reason"]], id=f"grid-{g['id']}") for g in grid["verdicts"]]
-    rows = [[Code(r[0]), *r[1:9], Cell(badge(r[9])), *r[10:]] for r in grid["rows"]]  # the tenth: E4's verdict
+    rows = [[Code(r[0]), *r[1:10], Cell(badge(r[10])), *r[11:]] for r in grid["rows"]]  # the eleventh: E4's verdict
     out += [Table(grid["header"], rows, id="grid-table", num=nums(*range(3, len(grid["header"]))), tex_pre=FOOT3,
-                  tex=r"@{}L{1.2cm}L{1.2cm}L{1.2cm}L{1.5cm}L{1.4cm}L{1.6cm}L{1.2cm}L{1.8cm}L{1.8cm}L{1.6cm}L{0.9cm}@{}"),
+                  tex=r"@{}L{1.1cm}L{1.1cm}L{1.1cm}L{1.0cm}L{1.4cm}L{1.3cm}L{1.5cm}L{1.1cm}L{1.7cm}L{1.7cm}L{1.4cm}L{0.9cm}@{}"),
             html(Paragraph("Speedup: E1's definition (steps to SGD's mean final loss) of EM-like over SGD; the excess "
                            "subtracts SGD's speedup over itself on the same resampled seeds (identical arms score about "
-                           "1.1, not 1). E4 per mechanism: the relative change of the weights at the tracked query rows (the "
+                           "1.1, not 1). G1 also regresses each mechanism's excess on its share of parameters at the "
+                           "content rate and compares the groups on the residuals (the share-controlled difference in "
+                           "its reason). E4 per mechanism: the relative change of the weights at the tracked query rows (the "
                            "routing frame) against that of the content parameters, each to its final state, under E4's "
                            "rule. The verdicts are the rules' (numeric/experiments/rules.py: g1, g2), their negative and "
                            "positive controls below.", cls="small")),
@@ -629,10 +631,12 @@ def measured_claim(entry, claim, figures=()):
     for tab in entry.get("tables", ()):
         if tab.get("caption"):
             out.append(Paragraph(Emph(tab["caption"])))
+        width = 16.4 / max(1, len(tab["header"]))  # the text width shared by the columns, in cm
         out.append(Table(list(tab["header"]), [[fmt(x) if isinstance(x, float) else str(x) for x in row]
-                                               for row in tab["rows"]], tex_pre=FOOT))
+                                               for row in tab["rows"]], tex_pre=FOOT,
+                         tex="@{}" + "".join(f"L{{{width:.2f}cm}}" for _ in tab["header"]) + "@{}"))
     out += [Figure(n, id=f"fig-{n}") for n in entry.get("figures", ()) if n in figures]
-    flat = v.flat_numbers(entry.get("measured", {}))
+    flat = [] if entry.get("tables") else v.flat_numbers(entry.get("measured", {}))  # its tables show its numbers
     if flat:
         out.append(Table(["measured", "value"], [[Code(k), fmt(x)] for k, x in flat], num=nums(1), tex_pre=FOOT,
                          tex=r"@{}L{8cm}r@{}"))

@@ -366,7 +366,7 @@ def grid_view(experiments, claims):
     rows = []
     for m, s in mg["mechanisms"].items():
         if s.get("failed"):
-            rows.append([m, "failed"] + [DASH] * 9)
+            rows.append([m, "failed"] + [DASH] * 10)
             continue
         a, t = s.get("arms", {}), tm.get(m, {})
         te = (t.get("arms") or {}) if not t.get("failed") else {}
@@ -374,7 +374,8 @@ def grid_view(experiments, claims):
                                  if arm in te else DASH)
         step = steps.get(m)
         yes_no = lambda x: {True: "yes (proved)", False: "no (disproved)"}.get(x, "undecided")  # noqa: E731
-        rows.append([m, yes_no(comp.get(m)), yes_no(routes.get(m)),
+        share = (mg.get("content_share") or {}).get(m)
+        rows.append([m, yes_no(comp.get(m)), yes_no(routes.get(m)), _num(share, 2) if share is not None else DASH,
                      f"{_num(a.get('sgd', {}).get('final_loss'), 4)} / {_num(a.get('em_like', {}).get('final_loss'), 4)}",
                      f"{_num(s.get('speedup'), 2)} ({_interval(s.get('ci95'), 2)})",
                      f"{s.get('excess', 0):+.2f} ({_interval(s.get('excess_ci95'), 2)})" if "excess" in s else DASH,
@@ -399,7 +400,8 @@ def grid_view(experiments, claims):
             "verdicts": [{"id": cid, "verdict": verdict.get(cid, {}).get("verdict", "not-run"),
                           "reason": verdict.get(cid, {}).get("evidence", ""),
                           "statement": verdict.get(cid, {}).get("statement", "")} for cid in ("G1", "G2")],
-            "header": ["mechanism", "keys compete", "routes by content", "final loss SGD / EM-like (nats)", "speedup (95% CI)",
+            "header": ["mechanism", "keys compete", "routes by content", "share of parameters at the content rate",
+                       "final loss SGD / EM-like (nats)", "speedup (95% CI)",
                        "excess over identical arms (95% CI)", "held-out KL to Bayes, EM-like (bits)",
                        "tunnel KL, SGD (bits, 95% CI)", "tunnel KL, EM-like (bits, 95% CI)",
                        "E4: frame settles first", "step time / softmax's"],

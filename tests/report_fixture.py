@@ -223,7 +223,7 @@ def mechanism_grid():
 
     return {"grid": "the quick profile's grid", "length": 47, "steps": 30, "seeds": [42, 2024], "arms": ["sgd", "em_like"],
             "competition": {"softmax": True, "sigmoid": False}, "content_routing": {"softmax": True, "sigmoid": True},
-            "labels_source": "the derive stage's table",
+            "labels_source": "the derive stage's table", "content_share": {"softmax": 0.366, "sigmoid": 0.366},
             "campaign": {"workers": 2, "computed": 2, "cached": 0, "failed": {}, "wall_s": 3.5},
             "step_seconds": {"softmax": 0.02, "sigmoid": 0.03},
             "mechanisms": {"softmax": {"arms": arms(2.0), "speedup": 2.25, "ci95": [1.5, 3.0], "baseline": 1.1,

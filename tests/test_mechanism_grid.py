@@ -145,3 +145,125 @@ def test_g1_speedup_is_e1s_definition():
         got = rules.g1(k["curves"], k["competition"], k["steps"]).measured["mechanisms"][m]
         assert got["speedup"] == pytest.approx(st.speedup(c["sgd"], c["em_like"], k["steps"])[0])
         assert got["baseline"] == pytest.approx(st.speedup(c["sgd"], c["sgd"], k["steps"])[0])
+
+
+# -- the content-share control ---------------------------------------------------------------------------------------
+def test_content_shares_are_counted_from_the_layers_shapes():
+    counts, shares = mg.parameter_counts(TINY), mg.content_shares(TINY)
+    assert set(shares) == set(TINY.mechanisms)
+    # moe by hand (d_in 20, d_v 15, 8 symbols, 4 experts): W_O 15 x 8, W_R 20 x 4, content W_E 4 x 20 x 15
+    assert counts["moe"] == {"content": 4 * 20 * 15, "all": 15 * 8 + 20 * 4 + 4 * 20 * 15}
+    assert shares["moe"] == pytest.approx(1200 / 1400)
+    # softmax: W_Q, W_K 20 x 10, W_O 15 x 8, content W_V 20 x 15
+    assert shares["softmax"] == pytest.approx(300 / (2 * 200 + 300 + 120))
+    # every mechanism: the numbers a run trains (one arm, one seed of init_params), content as mechanism_layers names it
+    for m in TINY.mechanisms:
+        params = ml.init_params(TINY.sticky(), m, TINY.seeds[:1], 1)
+        total = sum(p[0, 0].numel() for p in params.values())
+        content = sum(params[n][0, 0].numel() for n in ml.content(m))
+        assert counts[m] == {"content": content, "all": total}, m
+        assert shares[m] == pytest.approx(content / total), m
+    # the sizes come from the grid's config, not a table: a wider d_v moves the attention share
+    wide = dataclasses.replace(TINY, base=dataclasses.replace(TINY.base, d_v=30))
+    assert mg.content_shares(wide)["softmax"] == pytest.approx(600 / (2 * 200 + 600 + 240))
+
+
+def _gain_curves(gain, seeds=5, steps=200, seed=0):
+    """{mechanism: {"sgd", "em_like"}}: per mechanism exponential approaches to each seed's floor (shared by the
+    arms; floors close enough that every seed reaches the mean final SGD loss), the EM-like arm's time constant
+    SGD's / gain[m]: an EM-like speedup of about gain[m] (E1's definition)."""
+    rng = np.random.default_rng(seed)
+    t, tau = np.arange(steps + 1), steps / 2.5
+    out = {}
+    for m, g in gain.items():
+        floor = 1.9 + 0.002 * rng.standard_normal((seeds, 1))
+        out[m] = {arm: floor + (np.log(8) - floor) * np.exp(-t / k)[None] + 1e-4 * rng.standard_normal((seeds, steps + 1))
+                  for arm, k in (("sgd", tau), ("em_like", tau / g))}
+    return out
+
+
+def test_g1_a_gain_that_is_the_content_share_is_at_most_partly_reproduced():
+    # the gain entirely a linear function of the share, with the shares sorted by the partition: the raw test passes
+    comp, rest = ("a", "b", "c", "d"), ("e", "f", "g")
+    shares = dict(zip(comp + rest, (0.8, 0.7, 0.6, 0.5, 0.4, 0.3, 0.2)))
+    curves = _gain_curves({m: 1.0 + 4.0 * s for m, s in shares.items()})
+    labels = {m: m in comp for m in shares}
+    raw = rules.g1(curves, labels, 200)
+    assert raw.verdict == "reproduced" and raw.measured["difference_ci95"][0] > rules.G1_MARGIN
+    out = rules.g1(curves, labels, 200, shares=shares)
+    m = out.measured
+    assert out.verdict == "partly-reproduced" and "explained by the content share" in out.reason
+    assert m["difference_ci95"] == raw.measured["difference_ci95"]  # the raw test itself unchanged
+    assert m["difference_share_controlled_ci95"][0] <= rules.G1_MARGIN
+    assert abs(m["difference_share_controlled"]) < 0.1 < m["difference"]
+    assert m["content_share_spearman"] == pytest.approx(1.0)
+    assert m["share_slope"] == pytest.approx(4.0, abs=0.3)  # speedup units per unit share, as constructed
+    lo, hi = m["share_slope_ci95"]
+    assert lo <= m["share_slope"] <= hi
+    assert all(m["mechanisms"][x]["content_share"] == shares[x] for x in shares)
+    resid = [m["mechanisms"][x]["excess_share_residual"] for x in shares]
+    assert abs(sum(resid)) < 1e-9 and max(map(abs, resid)) < 0.2  # the line's residuals: noise around 0
+
+
+def test_g1_a_gain_that_follows_the_partition_beyond_the_share_stays_reproduced():
+    # the grid's own mechanisms, labels and shares; the gain rises with the share AND with competition
+    shares = mg.content_shares(TINY)
+    labels = {"softmax": True, "sigmoid": False, "linear": True, "ssd": False, "gate": True, "glr": False,
+              "moe": True}  # the competition cells (test_structural_labels_from_the_table_or_decided_here)
+    gain = {m: 1.5 + 2.0 * shares[m] + 1.2 * labels[m] for m in TINY.mechanisms}
+    curves = _gain_curves(gain)
+    out = rules.g1(curves, labels, 200, shares=shares)
+    m = out.measured
+    assert out.verdict == "reproduced" and "beyond their share of content parameters" in out.reason
+    assert m["difference_share_controlled_ci95"][0] > rules.G1_MARGIN
+    # what the constructed gains give by hand: the line through them over the shares, D on its residuals
+    s, g, on = (np.array([d[x] for x in TINY.mechanisms], float) for d in (shares, gain, labels))
+    on = on.astype(bool)
+    slope, intercept = np.polyfit(s, g, 1)
+    r = g - (intercept + slope * s)
+    assert m["share_slope"] == pytest.approx(slope, abs=0.15) and m["content_share_spearman"] > 0
+    assert m["difference_share_controlled"] == pytest.approx(r[on].mean() - r[~on].mean(), abs=0.1)
+    assert m["difference_share_controlled"] < m["difference"]  # part of the raw difference was the share's
+    # the share line cannot rescue a difference the raw test does not see
+    flipped = rules.g1(curves, {x: not v for x, v in labels.items()}, 200, shares=shares)
+    assert flipped.verdict == "not-reproduced"
+    # the controls judged with the run's shares still say what they must
+    k = {"curves": curves, "competition": labels, "steps": 200, "shares": shares}
+    assert {cid: r.verdict for cid, (_, r) in rules.g1_controls(k).items()} == rules.G1_EXPECTED
+    assert "difference_share_controlled" in rules.g1_controls(k)["G1/structured-gain"][1].measured
+    with pytest.raises(ValueError, match="no content share for the mechanisms"):
+        rules.g1(curves, labels, 200, shares={x: v for x, v in shares.items() if x != "moe"})
+    with pytest.raises(ValueError, match="fraction of the parameters"):
+        rules.g1(curves, labels, 200, shares={**shares, "moe": 1.5})
+
+
+# the positive control's reason before the content-share control existed: shares=None must give it unchanged
+G1_SYNTHETIC_REASON = (
+    "competing [softmax 2.43x (excess +1.38, CI +0.94 to +1.69); linear 1.95x (excess +0.86, CI +0.28 to +1.70); "
+    "gate 1.68x (excess +0.52, CI +0.07 to +1.65); moe 2.42x (excess +1.34, CI +0.91 to +1.74)] vs not [sigmoid "
+    "1.06x (excess +0.00, CI +0.00 to +0.00); ssd 1.09x (excess +0.00, CI +0.00 to +0.00); glr 1.10x (excess +0.00, "
+    "CI +0.00 to +0.00)]: difference of mean excess speedups +1.03 (95% expanded CI +0.89 to +1.53, 5 seeds), "
+    "permutation p 0.029 over 35 relabelings: the competing mechanisms gain more, every one of them gains, and no "
+    "other partition separates the gains as well")
+G1_MEASURED_KEYS = {"mechanisms", "n_seeds", "steps", "resamples", "margin", "perm_p_at_most", "left_out", "competing",
+                    "others", "labels", "difference", "difference_ci95", "permutation_p", "relabelings", "separated"}
+G1_MECHANISM_KEYS = {"competition", "speedup", "ci95", "baseline", "excess", "excess_ci95", "gains",
+                     "em_like_diverged_seeds"}
+
+
+def test_g1_without_shares_is_the_rule_as_before():
+    k = rules.g1_synthetic()
+    plain = rules.g1(**k)
+    assert plain.verdict == "reproduced" and plain.reason == G1_SYNTHETIC_REASON
+    assert set(plain.measured) == G1_MEASURED_KEYS
+    assert all(set(x) == G1_MECHANISM_KEYS for x in plain.measured["mechanisms"].values())
+    for shuffled in (rules.g1(**rules.g1_shuffled_labels(k)), rules.g1(**rules.g1_identical_arms(k))):
+        assert not any("share" in key for key in shuffled.measured)
+    # with shares: every number of the test without them kept as it was, the control added beside them
+    withs = rules.g1(**k, shares=mg.content_shares(TINY))
+    assert withs.reason.startswith(G1_SYNTHETIC_REASON.split(": the competing mechanisms gain more")[0] + "; controlled")
+    for key, value in plain.measured.items():
+        if key != "mechanisms":
+            assert withs.measured[key] == value, key
+    for name, x in plain.measured["mechanisms"].items():
+        assert {key: withs.measured["mechanisms"][name][key] for key in x} == x, name

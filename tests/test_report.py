@@ -455,7 +455,7 @@ def test_mechanism_grid_section_shows_g1_g2_the_table_and_its_figure(rendered):
     assert '<b>G2</b>' in sec and '<span class="badge good">reproduced</span> KL to Bayes' in sec
     row = sec[sec.index("<code>sigmoid</code>"):]
     row = row[:row.index("</tr>")]
-    assert ('<td>no (disproved)</td><td>yes (proved)</td><td class="num">2.1000 / 2.0500</td><td class="num">1.50 (1.20–1.90)</td>'
+    assert ('<td>no (disproved)</td><td>yes (proved)</td><td class="num">0.37</td><td class="num">2.1000 / 2.0500</td><td class="num">1.50 (1.20–1.90)</td>'
             '<td class="num">+0.30 (-0.10–0.70)</td><td class="num">0.1500</td>') in row
     assert '<td class="num">0.4000 (0.3800–0.4200)</td><td class="num">0.2000 (0.1800–0.2200)</td>' in row  # sgd, em_like
     assert '<span class="badge bad">not-reproduced</span></td><td class="num">1.50</td>' in row  # E4; step / softmax's

@@ -9,6 +9,10 @@ Arms, per parameter group (mechanism_layers.ROUTING / CONTENT):
     sgd         every parameter lr 0.01
     em_like     content lr 0.1 (10x), routing (and the readout W_O) 0.01: the paper's EM-like schedule
 
+The share of a mechanism's parameters that em_like trains at the content rate differs between mechanisms (about a
+third for the attention layers, two thirds or more for the cells and the experts): `content_shares` counts it from
+the layers' shapes, and the G1 rule's content-share control regresses the gain on it.
+
 The speedup's identical-arms baseline (E1's definition scores identical arms about 1.1, not 1) is SGD's run
 against itself, as in E1 (numeric.experiments.rules.g1); training a copy of SGD would give the same curves.
 
@@ -104,6 +108,25 @@ def learning_rates(mechanism, arms, params):
         lr = torch.tensor([ARMS[a][which] for a in arms], dtype=p.dtype, device=p.device)
         out[name] = lr.view(-1, *([1] * (p.dim() - 1)))
     return out
+
+
+def parameter_counts(cfg):
+    """{mechanism: {"content": n, "all": n}}: how many numbers each mechanism of the grid trains (one run: one arm,
+    one seed) and how many of them are content (mechanism_layers.content: the EM-like arm's fast ones), from the
+    layers' shapes at the grid's sizes (cfg.base: d_in, d_k, d_v and the symbols)."""
+    b = cfg.base
+    out = {}
+    for m in cfg.mechanisms:
+        shapes = ml.shapes(m, b.d_in, b.d_k, b.d_v, b.symbols)
+        size = {name: math.prod(shapes[name]) for name in ml.params(m)}
+        out[m] = {"content": sum(size[name] for name in ml.content(m)), "all": sum(size.values())}
+    return out
+
+
+def content_shares(cfg):
+    """{mechanism: share of its parameters under the content rate}: content count / all (parameter_counts), the
+    fraction of a run's numbers the EM-like arm trains at 10x; the G1 rule's `shares` (its content-share control)."""
+    return {m: c["content"] / c["all"] for m, c in parameter_counts(cfg).items()}
 
 
 def _metrics(probs, y):
@@ -383,8 +406,9 @@ def from_sizes(sizes):
 
 
 def table(summary, rule_measured=None):
-    """Plain-text table: per mechanism the final loss of each arm, the speedup and its interval."""
-    lines = [f"{'mechanism':10} {'compete':8} {'sgd':>7} {'em_like':>8} {'speedup':>8}  "
+    """Plain-text table: per mechanism the final loss of each arm, the speedup and its interval, and the share of
+    its parameters under the content rate (where the rule measured it)."""
+    lines = [f"{'mechanism':10} {'compete':8} {'share':>5} {'sgd':>7} {'em_like':>8} {'speedup':>8}  "
              f"{'95% CI':>13} {'excess CI':>15} {'H-Hmin em':>9} {'heldout em':>10}  E4 (frame first)"]
     per = (rule_measured or {}).get("mechanisms", {})
     for m, s in summary.items():
@@ -393,7 +417,8 @@ def table(summary, rule_measured=None):
             continue
         a, r = s["arms"], per.get(m, {})
         ci, xci = r.get("ci95", [math.nan] * 2), r.get("excess_ci95", [math.nan] * 2)
-        lines.append(f"{m:10} {str(r.get('competition', '?')):8} {a['sgd']['final_loss']:7.4f} {a['em_like']['final_loss']:8.4f} "
+        lines.append(f"{m:10} {str(r.get('competition', '?')):8} {r.get('content_share', math.nan):5.2f} "
+                     f"{a['sgd']['final_loss']:7.4f} {a['em_like']['final_loss']:8.4f} "
                      f"{r.get('speedup', math.nan):8.2f}  [{ci[0]:5.2f}, {ci[1]:5.2f}] "
                      f"[{xci[0]:+6.2f}, {xci[1]:+6.2f}] {a['em_like']['final_entropy'] - s['h_min']:9.4f} "
                      f"{a['em_like']['heldout_loss']:10.4f}  {s.get('frame_precision', {}).get('verdict', '?')}")
@@ -424,7 +449,7 @@ def main(argv=None, prog="python -m numeric.experiments.mechanism_grid"):
     wall = time.perf_counter() - t0
     summary = summarise(cfg, merged)
     labels, source = competition_labels(None, cfg.mechanisms)
-    rule = rules.g1(curves(merged), labels, cfg.steps)
+    rule = rules.g1(curves(merged), labels, cfg.steps, shares=content_shares(cfg))
     print(table(summary, rule.measured))
     print(f"G1: {rule.verdict}: {rule.reason}")
     print(f"grid: {len(cfg.mechanisms)} mechanisms x {len(cfg.seeds)} seeds x {len(cfg.arms)} arms, T = {cfg.length - 1}, "

@@ -706,13 +706,14 @@ class ExperimentStage:
         summary = mg.summarise(cfg, merged)
         labels, source = mg.competition_labels(self.results.derive.get("mechanisms"), cfg.mechanisms)
         routes, _ = mg.content_routing_labels(self.results.derive.get("mechanisms"), cfg.mechanisms)
-        measurement = {"curves": mg.curves(merged), "competition": labels, "steps": cfg.steps, "seed": self.seed}
+        measurement = {"curves": mg.curves(merged), "competition": labels, "steps": cfg.steps, "seed": self.seed,
+                       "shares": mg.content_shares(cfg)}
         rule = REGISTRY["G1"].rule(**measurement)
         # the paper's partition: the same rule with the content_routing cell's labels (restated, not the claim's own)
         by_content = REGISTRY["G1"].rule(**{**measurement, "competition": routes}, group="content-routing")
         for m, x in rule.measured["mechanisms"].items():
             summary[m].update({k: x[k] for k in ("competition", "speedup", "ci95", "baseline", "excess", "excess_ci95",
-                                                 "gains")})
+                                                 "gains", "content_share", "excess_share_residual")})
         controls = rules.g1_controls(measurement)
         times = mg.step_times(cfg, steps=self.sizes.mechanism_bench_steps, forms=True, log=self.log)
         T = cfg.length - 1
@@ -721,6 +722,7 @@ class ExperimentStage:
             "seeds": list(cfg.seeds), "arms": list(cfg.arms), "learning_rates": mg.ARMS,
             "routing": {m: list(mg.ml.routing(m)) for m in cfg.mechanisms},
             "content": {m: list(mg.ml.content(m)) for m in cfg.mechanisms},
+            "content_share": mg.content_shares(cfg), "parameter_counts": mg.parameter_counts(cfg),
             "competition": labels, "content_routing": routes, "labels_source": source, "mechanisms": summary,
             "rule": {"verdict": rule.verdict, "reason": rule.reason, "measured": rule.measured},
             "rule_by_content_routing": {"verdict": by_content.verdict, "reason": by_content.reason,

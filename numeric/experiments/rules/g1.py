@@ -19,6 +19,13 @@ from numeric.experiments.rules.synthetic import _paired_curves
 # G1_PERM_P: the exact permutation test over mechanisms: the share of relabelings with the same group sizes whose D
 # (point estimates) is at least the proved labels' D. With 4 competing mechanisms of 7 there are 35 relabelings, so
 # p <= 0.05 means the proved partition is the one that separates the gains best (p = 1/35).
+# The content-share control (when g1 gets `shares`, numeric.experiments.mechanism_grid.content_shares): the EM-like
+# arm speeds up only the content parameters, and the mechanisms differ in how many of their parameters that is (the
+# cells and the experts about two thirds or more, the attention layers about a third), so a gain could follow the
+# share and not the routing structure. Over the mechanisms, each one's excess is regressed on its share (least
+# squares with an intercept, at the point estimates and in every bootstrap replicate) and D is taken again on the
+# residuals: the share-controlled difference, judged against the same G1_MARGIN (no new threshold). With shares, a
+# reproduced G1 needs that difference's interval above G1_MARGIN too.
 G1_RESAMPLES = 2000
 G1_LEVEL = 0.95
 G1_MARGIN = 0.1
@@ -58,7 +65,7 @@ def g1_relabelings(labels):
     return [{m: m in chosen for m in names} for chosen in itertools.combinations(names, k)]
 
 
-def g1(curves, competition, steps, seed=0, resamples=G1_RESAMPLES, label_sets=None, group="competing"):
+def g1(curves, competition, steps, seed=0, resamples=G1_RESAMPLES, label_sets=None, group="competing", shares=None):
     """G1 (ours): the EM-like schedule's gain follows the proved structure: mechanisms whose keys compete gain more
     than mechanisms whose keys do not.
 
@@ -68,7 +75,9 @@ def g1(curves, competition, steps, seed=0, resamples=G1_RESAMPLES, label_sets=No
     label is left out). label_sets: labellings to judge instead of `competition`, one per bootstrap replicate in
     turn (the shuffled-labels control passes every relabelling with the same group sizes; D is then their mean).
     group: what the reason calls the mechanisms labelled True ("competing"; "content-routing" when the labels are
-    the content_routing cell's).
+    the content_routing cell's). shares: {mechanism: share of its parameters under the content rate}
+    (numeric.experiments.mechanism_grid.content_shares), one for every mechanism in the test; None leaves the
+    content-share control out (measured and verdict as without it).
 
     Per mechanism: speedup of em_like over sgd and of sgd over itself (E1's definition), both on the same
     resampled seeds; the excess = speedup - identical-arms speedup, with its expanded percentile interval
@@ -77,11 +86,18 @@ def g1(curves, competition, steps, seed=0, resamples=G1_RESAMPLES, label_sets=No
     The test: D = mean excess (competing) - mean excess (the others) on the same resamples, its expanded percentile
     interval [D_lo, D_hi]; the exact permutation p of D among all relabelings with the same group sizes; and whether
     the intervals separate (every competing mechanism's excess interval above every other's).
+    With shares, the content-share control: each mechanism's share, the Spearman correlation over mechanisms of
+    share and point excess (None where either is constant), the least-squares line excess = a + b * share over
+    the mechanisms (a, b at the point estimates; b's interval from the fit in every replicate), and the
+    share-controlled difference D_s: D on the residuals of that line (fitted afresh in every replicate, judged
+    with the replicate's label set as D is), its interval [D_s_lo, D_s_hi].
 
     Verdict: not-reproduced if a group is empty or D_lo <= G1_MARGIN (the competing mechanisms do not gain more by
-    a margin the seeds resolve); else reproduced if every competing mechanism gains and the permutation p <=
-    G1_PERM_P (the proved partition separates the gains best of all relabelings); else partly-reproduced (they gain
-    more on average, but not each of them, or another partition separates the gains as well)."""
+    a margin the seeds resolve); else reproduced if every competing mechanism gains, the permutation p <=
+    G1_PERM_P (the proved partition separates the gains best of all relabelings) and, with shares, D_s_lo >
+    G1_MARGIN (the difference outlasts the content share); else partly-reproduced (they gain more on average, but
+    not each of them, or another partition separates the gains as well, or the gain is explained by the content
+    share: D_s_lo <= G1_MARGIN)."""
     arrays = _g1_arrays(curves, competition, label_sets)
     n = next(iter(arrays.values()))["sgd"].shape[0]
     idx = np.random.default_rng(seed).integers(0, n, (resamples, n))
@@ -100,6 +116,8 @@ def g1(curves, competition, steps, seed=0, resamples=G1_RESAMPLES, label_sets=No
         return Rule("not-reproduced", reason, measured)
     d_point, dlo, dhi = _g1_difference(excess, excess_point, sets, kept, resamples, n)
     measured.update(difference=d_point, difference_ci95=[dlo, dhi])
+    controlled = None if shares is None else _g1_share_control(excess, excess_point, sets, kept, resamples, n,
+                                                               _g1_shares(shares, kept), measured)
     if label_sets is None:
         relabel = [_g1_groups(excess_point, s) for s in g1_relabelings(sets[0])]
         p = float(np.mean([d >= d_point - 1e-12 for d in relabel]))
@@ -109,7 +127,7 @@ def g1(curves, competition, steps, seed=0, resamples=G1_RESAMPLES, label_sets=No
     else:
         p = float("nan")
         measured.update(permutation_p=None, relabelings=len(sets), separated=None)
-    return _g1_verdict(measured, comp, other, sets, label_sets is None, d_point, dlo, dhi, p, n, group)
+    return _g1_verdict(measured, comp, other, sets, label_sets is None, d_point, dlo, dhi, p, n, group, controlled)
 
 
 def _g1_arrays(curves, competition, label_sets):
@@ -171,8 +189,46 @@ def _g1_difference(excess, excess_point, sets, kept, resamples, n):
     return d_point, dlo, dhi
 
 
-def _g1_verdict(measured, comp, other, sets, proved_labels, d_point, dlo, dhi, p, n, group="competing"):
-    """The one branch of G1's verdict that fires, with its reason."""
+def _g1_shares(shares, kept):
+    """The content shares of the mechanisms in the test, checked: one finite share in [0, 1] for each."""
+    missing = [m for m in kept if m not in shares]
+    if missing:
+        raise ValueError(f"g1: no content share for the mechanisms {missing}")
+    out = {m: float(shares[m]) for m in kept}
+    bad = {m: v for m, v in out.items() if not (np.isfinite(v) and 0.0 <= v <= 1.0)}
+    if bad:
+        raise ValueError(f"g1: a content share is a fraction of the parameters in [0, 1], got {bad}")
+    return out
+
+
+def _g1_share_control(excess, excess_point, sets, kept, resamples, n, shares, measured):
+    """The content-share control, recorded in `measured`: each mechanism's share, the Spearman correlation of share
+    and point excess, the least-squares line excess = a + b * share over the mechanisms (at the point estimates and
+    in every replicate) and D on its residuals (_g1_difference on the residuals). Returns (D_s, D_s_lo, D_s_hi)."""
+    from scipy import stats
+
+    s = np.array([shares[m] for m in kept])
+    A = np.stack([np.ones_like(s), s], 1)  # (M, 2): intercept and share
+    P = np.linalg.pinv(A)  # least squares (the minimum-norm fit when every share is equal: the mean)
+    X, x0 = np.stack([excess[m] for m in kept]), np.array([excess_point[m] for m in kept])  # (M, R), (M,)
+    coef, coef0 = P @ X, P @ x0
+    resid, resid0 = X - A @ coef, x0 - A @ coef0
+    ds, dslo, dshi = _g1_difference(dict(zip(kept, resid)), dict(zip(kept, resid0)), sets, kept, resamples, n)
+    constant = np.ptp(s) == 0 or np.ptp(x0) == 0
+    rho = None if constant else float(stats.spearmanr(s, x0).statistic)
+    slo, shi = st.expanded_percentiles(coef[1], n, G1_LEVEL)
+    for m, r in zip(kept, resid0):
+        measured["mechanisms"][m].update(content_share=shares[m], excess_share_residual=float(r))
+    measured.update(content_share_spearman=rho, share_intercept=float(coef0[0]), share_slope=float(coef0[1]),
+                    share_slope_ci95=[slo, shi], difference_share_controlled=ds,
+                    difference_share_controlled_ci95=[dslo, dshi])
+    return ds, dslo, dshi
+
+
+def _g1_verdict(measured, comp, other, sets, proved_labels, d_point, dlo, dhi, p, n, group="competing",
+                controlled=None):
+    """The one branch of G1's verdict that fires, with its reason; `controlled` (D_s, D_s_lo, D_s_hi) the
+    content-share control's difference, None without shares."""
     gains = {m: measured["mechanisms"][m]["gains"] for m in comp + other}
 
     def fmt(m):
@@ -184,17 +240,28 @@ def _g1_verdict(measured, comp, other, sets, proved_labels, d_point, dlo, dhi, p
     head += (f"difference of mean excess speedups {d_point:+.2f} (95% expanded CI {dlo:+.2f} to {dhi:+.2f}, {n} seeds)"
              + (f", permutation p {p:.3f} over {measured['relabelings']} relabelings" if proved_labels else "")
              + (f"; left out: {', '.join(measured['left_out'])}" if measured["left_out"] else ""))
+    if controlled is not None:
+        rho = measured["content_share_spearman"]
+        head += (f"; controlled for the content share (the share of parameters under the content rate; Spearman "
+                 f"rho of share and excess {'undefined' if rho is None else f'{rho:+.2f}'}, slope "
+                 f"{measured['share_slope']:+.2f} per unit share): difference of the residuals {controlled[0]:+.2f} "
+                 f"(95% expanded CI {controlled[1]:+.2f} to {controlled[2]:+.2f})")
+    share_ok = controlled is None or controlled[1] > G1_MARGIN
     if not dlo > G1_MARGIN:
         return Rule("not-reproduced", f"{head}: the interval reaches {G1_MARGIN} (G1_MARGIN), the {group} mechanisms "
                                       f"do not gain more than the others", measured)
-    if all(gains[m] for m in comp) and p <= G1_PERM_P:
+    if all(gains[m] for m in comp) and p <= G1_PERM_P and share_ok:
         return Rule("reproduced", f"{head}: the {group} mechanisms gain more, every one of them gains, and no "
-                                  f"other partition separates the gains as well", measured)
+                                  f"other partition separates the gains as well"
+                    + ("" if controlled is None else ", also beyond their share of content parameters"), measured)
     best = p <= 1.0 / measured["relabelings"] + 1e-12  # the proved partition separates best, yet p > G1_PERM_P
     perm = (f"with {measured['relabelings']} relabelings the permutation test cannot reach p <= {G1_PERM_P} "
             f"(p {p:.3f} is its least)" if best else
             f"another partition separates the gains as well or better (p {p:.3f} > {G1_PERM_P})")
-    why = [w for w, bad in ((f"{', '.join(m for m in comp if not gains[m])} do(es) not gain beyond identical arms",
+    share = (f"the gain is explained by the content share: on the residuals of the share line the difference's "
+             f"interval reaches {G1_MARGIN} (G1_MARGIN)")
+    why = [w for w, bad in ((share, not share_ok),
+                            (f"{', '.join(m for m in comp if not gains[m])} do(es) not gain beyond identical arms",
                              not all(gains[m] for m in comp)), (perm, p > G1_PERM_P)) if bad]
     return Rule("partly-reproduced", f"{head}: the {group} mechanisms gain more on average, but {' and '.join(why)}",
                 measured)
@@ -238,13 +305,17 @@ def g1_controls(measurement):
     """{control id: (kind, Rule)} on a G1 measurement (g1's keyword arguments): the negative controls (identical
     arms for every mechanism; the labels shuffled), which must be not-reproduced, and the positive control (the
     constructed measurement g1_synthetic, with as many seeds as the run and its mechanisms and labels), which must
-    be reproduced."""
+    be reproduced. With the measurement's content shares, every control is judged with them (the positive
+    control's mechanisms are the run's own, so its gain must outlast the run's shares too), unless the run's labels
+    leave a group empty (the construction then takes its default mechanisms, which the shares need not name)."""
     n = len(next(iter(measurement["curves"].values()))["sgd"])
     extra = {k: measurement[k] for k in ("seed", "resamples") if k in measurement}
+    partition = proved_partition(measurement["curves"], measurement["competition"])
+    if partition and measurement.get("shares") is not None:
+        extra["shares"] = measurement["shares"]
     return {"G1/identical-arms": ("negative", g1(**g1_identical_arms(measurement))),
             "G1/labels-shuffled": ("negative", g1(**g1_shuffled_labels(measurement))),
-            "G1/structured-gain": ("positive", g1(**g1_synthetic(
-                seeds=max(n, 2), **proved_partition(measurement["curves"], measurement["competition"])), **extra))}
+            "G1/structured-gain": ("positive", g1(**g1_synthetic(seeds=max(n, 2), **partition), **extra))}
 
 
 # control id -> a callable returning the rule's Rule on the control derived from g1_synthetic(); the expected verdict
@@ -257,7 +328,8 @@ G1_CONSTRUCTIONS = {
     "G1/labels-shuffled": "the competition labels replaced by every relabelling with the same group sizes, one per "
                           "bootstrap replicate in turn (derived)",
     "G1/structured-gain": "constructed curves, as many seeds as the run: the competing mechanisms' EM-like arm ~2.2x "
-                          "faster, the others' EM-like arm their SGD curves (synthetic)"}
+                          "faster, the others' EM-like arm their SGD curves, judged with the run's content shares "
+                          "where it has them (synthetic)"}
 
 __all__ = [
     "G1_RESAMPLES", "G1_LEVEL", "G1_MARGIN", "G1_PERM_P", "G1_ARMS", "g1_relabelings", "g1", "g1_synthetic",

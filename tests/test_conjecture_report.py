@@ -1,0 +1,60 @@
+"""G3 in the report: the claim's own tables (every model against the floors, per task) and one figure per task
+(entropy against position beside Bayes, coloured by the content_routing cell), drawn from results.json alone."""
+from __future__ import annotations
+
+from report_fixture import fixture_results, write_fixture
+
+from numeric.experiments.rules import g3
+from reports import figures
+from reports.render import render
+
+LABELS = {"softmax": True, "glr": False}
+
+
+def _model(kl, entropy):
+    arm = {"kl_bits_queries_per_seed": [kl, kl * 1.1], "kl_bits_queries": kl * 1.05, "lr": 0.01,
+           "entropy_mae_bits": 0.1, "accuracy_seen": 0.5, "entropy_by_position": entropy}
+    return {"arms": {"em_like": arm, "sgd": {**arm, "lr": 0.003}}}
+
+
+def _entry(T):
+    bayes = [2.0 - t / T for t in range(T)]
+    return {"floors": {"prior": {"kl_bits_queries": 3.0, "entropy_mae_bits": 1.0, "accuracy_seen": 0.1},
+                       "counts": {"kl_bits_queries": 1.0, "entropy_mae_bits": 0.5, "accuracy_seen": 0.4}},
+            "content_routing": LABELS, "competition": {"softmax": True, "glr": True}, "baselines": ["lstm"],
+            "parameters": {"softmax": {"total": 3584, "content_share": 0.29}, "glr": {"total": 1600, "content_share": 0.6},
+                           "lstm": {"total": 3696, "content_share": 0.3}},
+            "bayes_entropy_by_position": bayes,
+            "mechanisms": {"softmax": _model(0.1, [b + 0.05 for b in bayes]), "glr": _model(2.0, [2.0] * T),
+                           "lstm": _model(1.9, [1.95] * T)}}
+
+
+def test_g3_tables_and_figures_render_from_results_alone(tmp_path):
+    experiments = {"conjecture": {"bijection": _entry(7), "transitions": _entry(9)}}
+    m = g3.measure(experiments)
+    rule = g3.g3(**m)
+    assert rule.verdict == "reproduced" and rule.measured["competition"]["verdict"] == "not-reproduced"
+    tables = g3.tables(rule.measured)
+    assert [t["caption"].split(":")[0] for t in tables] == ["bijection", "transitions"]
+    rows = {r[0]: r for r in tables[0]["rows"]}
+    assert rows["softmax"][1] == "routes by content" and rows["lstm"][1] == "baseline (no cell)"
+    assert rows["softmax"][-1] == "beats" and rows["glr"][-1] == "fails" and rows["floor: counts"][-1] == "yardstick"
+    assert rows["softmax"][2] == 3584 and rows["softmax"][4] == 0.01
+    results = fixture_results()
+    results["experiments"] = {**results.get("experiments", {}), **experiments,
+                              "measured_claims": {"G3": {"verdict": rule.verdict, "reason": rule.reason,
+                                                         "measured": {}, "tables": tables,
+                                                         "figures": list(g3.CLAIM.figures), "section": "s",
+                                                         "controls": {}}}}
+    fig = figures.conjecture(results, "transitions")
+    assert fig is not None and len(fig.axes[0].lines) == 4  # three models and Bayes
+    assert figures.conjecture(results, "no-such-task") is None
+    write_fixture(tmp_path, results)
+    render(tmp_path, pdf=False, log=lambda *a: None)
+    html = (tmp_path / "report.html").read_text()
+    sec = html[html.index('id="measured-G3"'):]
+    assert "bijection: reproduced" in sec and "KL at queries, EM-like (bits)" in sec and "floor: counts" in sec
+    assert '<figure id="fig-conjecture_bijection">' in sec and '<figure id="fig-conjecture_transitions">' in sec
+    assert (tmp_path / "figures" / "conjecture_transitions.pdf").exists()
+    tex = (tmp_path / "report.tex").read_text()
+    assert "figures/conjecture_bijection.pdf" in tex
