@@ -22,8 +22,8 @@ def _entry(T):
     return {"floors": {"prior": {"kl_bits_queries": 3.0, "entropy_mae_bits": 1.0, "accuracy_seen": 0.1},
                        "counts": {"kl_bits_queries": 1.0, "entropy_mae_bits": 0.5, "accuracy_seen": 0.4}},
             "content_routing": LABELS, "competition": {"softmax": True, "glr": True}, "baselines": ["lstm"],
-            "parameters": {"softmax": {"total": 3584, "content_share": 0.29}, "glr": {"total": 1600, "content_share": 0.6},
-                           "lstm": {"total": 3696, "content_share": 0.3}},
+            "parameters": {"softmax": {"all": 3584, "content_share": 0.29}, "glr": {"all": 1600, "content_share": 0.6},
+                           "lstm": {"all": 3696, "content_share": 0.3}},
             "bayes_entropy_by_position": bayes,
             "mechanisms": {"softmax": _model(0.1, [b + 0.05 for b in bayes]), "glr": _model(2.0, [2.0] * T),
                            "lstm": _model(1.9, [1.95] * T)}}

@@ -509,3 +509,9 @@ def test_g3_says_both_and_its_controls_say_what_they_are_built_to():
     assert inputs["floor_name"] == "counts" and inputs["floor"] == 1.0 and set(inputs["kl"]) == {"softmax"}
     assert set(inputs["baselines"]) == {"lstm"} and inputs["no_context"] == 2.0
     assert set(g3.measure({"conjecture": {"bijection": entry}})["tasks"]) == {"bijection"}
+    # a mechanism whose cell is undecided is in neither group, and said so; each task's sizes head its table
+    entry["mechanisms"]["mine"] = {"arms": {"em_like": {"kl_bits_queries_per_seed": [0.1, 0.1]}}}
+    entry["config"] = {"tunnel": {"values": 16, "pairs": 24, "steps": 600, "lr": 0.01}}
+    r = g3.g3(**g3.measure({"conjecture": {"bijection": entry}}))
+    assert r.measured["tasks"]["bijection"]["left_out"] == ["mine"] and "left out (cell undecided): mine" in r.reason
+    assert g3.tables(r.measured)[0]["caption"].startswith("bijection (values 16, pairs 24, steps 600): ")

@@ -26,7 +26,7 @@ def _torch_lstm(p, a, s, d_in, h):
     return net
 
 
-@pytest.mark.parametrize("name", ["lstm", "lstm-wide"])
+@pytest.mark.parametrize("name", ["torch-lstm", "torch-lstm-wide"])
 def test_the_layer_is_torch_nn_lstm_with_the_same_weights(name):
     lay = ml.layer(name)
     d_in, T, B = 6, 9, 3
@@ -54,27 +54,44 @@ def test_capacity_controls_match_and_exceed_attentions_parameter_count():
     d_in, m = 2 * cfg.symbols, cfg.symbols
     target = lstm.attention_count(d_in, cfg.d_k, cfg.d_v, m)
     counts = {}
-    for name in ("lstm", "lstm-wide"):
+    for name in ("torch-lstm", "torch-lstm-wide"):
         sh = ml.layer(name).shapes({"d_in": d_in, "d_k": cfg.d_k, "d_v": cfg.d_v, "m": m})
         counts[name] = sum(torch.Size(s).numel() for s in sh.values())
         assert counts[name] == lstm.count(sh["W_hg"][0], d_in, m)
-    assert abs(counts["lstm"] - target) <= 0.1 * target  # the same count, to a width step
-    assert 2.6 * target <= counts["lstm-wide"] <= 3.4 * target
+    assert abs(counts["torch-lstm"] - target) <= 0.1 * target  # the same count, to a width step
+    assert 2.6 * target <= counts["torch-lstm-wide"] <= 3.4 * target
     assert lstm.width(1.0, 10, 2, 2, 3) < lstm.width(4.0, 10, 2, 2, 3)
 
 
 def test_the_baselines_train_beside_the_mechanisms_but_are_not_mechanisms():
-    assert "lstm" not in ml.names() and set(ml.baselines()) == {"lstm", "lstm-wide"}
+    assert not set(ml.baselines()) & set(ml.names()) and set(ml.baselines()) == {"torch-lstm", "torch-lstm-wide"}
     assert ml.trainable()[-2:] == ml.baselines()
-    assert set(ml.content("lstm")) == {"W_xg", "W_hg", "b_g"} and "W_O" in ml.routing("lstm")
+    assert set(ml.content("torch-lstm")) == {"W_xg", "W_hg", "b_g"} and "W_O" in ml.routing("torch-lstm")
     with pytest.raises(ValueError, match="no trainable layer; choose from"):
         ml.layer("gru")
     with pytest.raises(NotImplementedError, match="not in the mechanisms"):
-        ml.layer("lstm").weights({}, None, None)
+        ml.layer("torch-lstm").weights({}, None, None)
     task = bijection.BijectionConfig(values=3, pairs=4, batch=4, steps=3, eval_batch=5, d_k=4, d_v=4)
-    cfg = mt.MechanismTunnelConfig(tunnel=task, mechanisms=("softmax", "lstm"), seeds=(0, 1), seeds_per_task=2)
+    cfg = mt.MechanismTunnelConfig(tunnel=task, mechanisms=("softmax", "torch-lstm"), seeds=(0, 1), seeds_per_task=2)
     cfg.validate()
-    out = mt.train_task(cfg, "lstm", (0, 1))
+    out = mt.train_task(cfg, "torch-lstm", (0, 1))
     assert out["finite"] and len(out["kl_bits"][0]) == 2
     with pytest.raises(ValueError, match="distinct names among"):
         dataclasses.replace(cfg, mechanisms=("softmax", "gru")).validate()
+
+
+def test_a_users_mechanism_called_lstm_trains_as_itself_beside_the_baselines(loaded, tmp_path):
+    """A mechanism name is an identifier and a baseline's holds a hyphen: a user's `lstm` is never replaced by the
+    real LSTM baseline, and the conjecture trains both."""
+    from pathlib import Path
+
+    text = (Path(__file__).resolve().parents[1] / "docs" / "examples" / "attention_sink.py").read_text()
+    assert '"sink", "softmax with an attention sink"' in text
+    mine = tmp_path / "my_lstm.py"
+    mine.write_text(text.replace('"sink", "softmax with an attention sink"', '"lstm", "a user\'s mechanism named lstm"'))
+    loaded(str(mine))
+    from derive import mechanisms
+
+    assert ml.layer("lstm") is mechanisms.get("lstm").layer and ml.layer("lstm") is not ml.layer("torch-lstm")
+    names = ml.trainable()
+    assert len(set(names)) == len(names) and {"lstm", "torch-lstm", "torch-lstm-wide"} <= set(names)

@@ -29,13 +29,7 @@ def beta(T):
 def project(x, w):
     """x @ w for per-position rows x (..., T, d) and a matrix w (..., d, k). Where w has a broadcast axis of size 1
     just before its matrix and x a batch there (the wind tunnel's (R, S, 1, d, k) against (1, S, B, T, d)), the
-    batch's rows are folded into one product per run: the same values, without a small product per sequence. A
-    vector x (..., B, d) against w (..., 1, d, k) is read the same way (B rows); a vector against a matrix without
-    that axis (..., d) @ (..., d, k) is one row."""
-    if w.dim() == x.dim() + 1:
-        if w.shape[-3] == 1:
-            return x @ w.squeeze(-3)
-        return (x[..., None, :] @ w).squeeze(-2)
+    batch's rows are folded into one product per run: the same values, without a small product per sequence."""
     if w.dim() >= 3 and w.dim() == x.dim() and w.shape[-3] == 1 and x.shape[-3] > 1:
         out = x.reshape(*x.shape[:-3], x.shape[-3] * x.shape[-2], x.shape[-1]) @ w.squeeze(-3)
         return out.unflatten(-2, (x.shape[-3], x.shape[-2]))

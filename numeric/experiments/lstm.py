@@ -18,8 +18,9 @@ against torch.nn.LSTM with the same weights (float64). Content (the EM-like arm'
 weights W_xg, W_hg, b_g, what the cell writes; routing: the three gates and the readout.
 
 Capacity: `LSTM(factor)` picks the hidden width whose parameter count is nearest `factor` x the paper's mechanism's
-(softmax attention's W_Q, W_K, W_V, W_O) at the task's sizes: `lstm` at the same count, `lstm-wide` at about three
-times it, so a failure is not a matter of size.
+(softmax attention's W_Q, W_K, W_V, W_O) at the task's sizes: `torch-lstm` at the same count, `torch-lstm-wide` at
+about three times it, so a failure is not a matter of size. Their names hold a hyphen, which no mechanism's name can
+(a mechanism's name is an identifier): a user's mechanism called `lstm` trains as itself beside them.
 """
 from __future__ import annotations
 
@@ -77,25 +78,34 @@ class LSTM(Layer):
         c = pre.new_zeros((*lead, hdim))
         out = []
         for t in range(x.shape[-2]):
-            gates = pre[..., t, :] + project(h, p["W_h"])
+            gates = pre[..., t, :] + _recurrent(h, p["W_h"])
             i, f, o = gates.sigmoid().split(hdim, -1)
-            g = torch.tanh(pre_g[..., t, :] + project(h, p["W_hg"]))
+            g = torch.tanh(pre_g[..., t, :] + _recurrent(h, p["W_hg"]))
             c = f * c + i * g
             h = o * torch.tanh(c)
             out.append(h)
         return torch.stack(out, -2)
 
     def weights(self, p, x, mask):
-        raise NotImplementedError("an LSTM has no closed-form weights over positions (it is not in the mechanisms "
-                                  "table)")
+        raise NotImplementedError(NO_WEIGHTS)
 
     def tracked(self, p, x, rows):
-        raise NotImplementedError("an LSTM has no closed-form weights over positions (it is not in the mechanisms "
-                                  "table)")
+        raise NotImplementedError(NO_WEIGHTS)
+
+
+NO_WEIGHTS = "an LSTM has no closed-form weights over positions (it is not in the mechanisms table)"
+
+
+def _recurrent(h, w):
+    """h_{t-1} W per run: h (..., B, h) against w (..., 1, h, k) (the tunnel's batch axis: B rows, one product per
+    run), or h (..., h) against w (..., h, k) (one row per run)."""
+    if w.dim() == h.dim() + 1 and w.shape[-3] == 1:
+        return h @ w.squeeze(-3)
+    return (h[..., None, :] @ w).squeeze(-2)
 
 
 def _registered():
-    out = {"lstm": LSTM(1.0), "lstm-wide": LSTM(3.0)}
+    out = {"torch-lstm": LSTM(1.0), "torch-lstm-wide": LSTM(3.0)}
     for name, lay in out.items():
         lay.validate(name)
     return out
@@ -104,5 +114,3 @@ def _registered():
 # The baselines the conjecture's tasks train beside the mechanisms (numeric.experiments.mechanism_layers.layer finds
 # them by name): not mechanisms, so neither the sticky grid nor the mechanisms table has them.
 BASELINES = _registered()
-TITLES = {"lstm": "LSTM (torch.nn.LSTM's equations), attention's parameter count",
-          "lstm-wide": "LSTM, about 3x attention's parameter count"}

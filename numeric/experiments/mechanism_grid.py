@@ -115,12 +115,7 @@ def parameter_counts(cfg):
     one seed) and how many of them are content (mechanism_layers.content: the EM-like arm's fast ones), from the
     layers' shapes at the grid's sizes (cfg.base: d_in, d_k, d_v and the symbols)."""
     b = cfg.base
-    out = {}
-    for m in cfg.mechanisms:
-        shapes = ml.shapes(m, b.d_in, b.d_k, b.d_v, b.symbols)
-        size = {name: math.prod(shapes[name]) for name in ml.params(m)}
-        out[m] = {"content": sum(size[name] for name in ml.content(m)), "all": sum(size.values())}
-    return out
+    return {m: ml.parameter_count(m, b.d_in, b.d_k, b.d_v, b.symbols) for m in cfg.mechanisms}
 
 
 def content_shares(cfg):

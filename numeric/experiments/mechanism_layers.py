@@ -15,6 +15,7 @@ The weights of every layer equal its mechanism's plain-torch `reference(t)` on t
 from __future__ import annotations
 
 import hashlib
+import math
 import zlib
 from pathlib import Path
 
@@ -99,6 +100,14 @@ def routing(mechanism):
 def shapes(mechanism, d_in, d_k, d_v, m):
     """Every parameter's shape (without the leading (A, S))."""
     return layer(mechanism).shapes({"d_in": d_in, "d_k": d_k, "d_v": d_v, "m": m})
+
+
+def parameter_count(mechanism, d_in, d_k, d_v, m):
+    """{"content": n, "all": n}: the numbers one run of the mechanism trains (one arm, one seed) at these sizes, and
+    how many of them are content (the EM-like arm's fast ones), from its layer's shapes."""
+    sh = shapes(mechanism, d_in, d_k, d_v, m)
+    size = {name: math.prod(sh[name]) for name in params(mechanism)}
+    return {"content": sum(size[name] for name in content(mechanism)), "all": sum(size.values())}
 
 
 def own_params(cfg, mechanism, seed):

@@ -258,7 +258,7 @@ def summarise(parts):
     seed-mean KL on the validation sequences when several were swept), the mean, 95% t-interval and per-seed
     values; beside it every swept rate's validation and test KL."""
     first = parts[0]
-    runs = [tuple(r) for r in first.get("runs", [[a, None] for a in first["arms"]])]
+    runs = [tuple(r) for r in first["runs"]]
     out = {"seeds": [s for p in parts for s in p["seeds"]], "finite": all(p["finite"] for p in parts),
            "timing": float(sum(p.get("timing", {}).get("loop_seconds", 0.0) for p in parts)),
            "bayes_entropy_bits": float(np.mean([p["bayes_entropy_bits"] for p in parts])), "arms": {}}
@@ -328,14 +328,12 @@ def conjecture_config(sizes, task, extended=False, lrs=None):
     mechanism with a layer and the baselines (numeric.experiments.lstm), `conjecture_steps` Adam steps of
     `conjecture_batch` sequences on `conjecture_seeds`, scored on `conjecture_eval_batch` held-out sequences, the
     rates `conjecture_lrs` swept (or `lrs`); `extended`: the task's own steps, batch and evaluation."""
-    module = TASKS[task]
-    config = {"bijection": bijection.BijectionConfig, "transitions": transitions.TransitionsConfig}[task]
+    config = next(c for c, module in CONFIGS.items() if module is TASKS[task])
     reduced = {"steps": sizes.conjecture_steps, "batch": sizes.conjecture_batch,
                "eval_batch": sizes.conjecture_eval_batch}
     if task == "transitions":
         reduced["length"] = sizes.conjecture_transitions_length
     tunnel = config() if extended else config(**reduced)
-    assert task_of(MechanismTunnelConfig(tunnel=tunnel)) is module
     seeds = tuple(sizes.conjecture_seeds)
     return MechanismTunnelConfig(tunnel=tunnel, mechanisms=ml.trainable(), seeds=seeds, seeds_per_task=len(seeds),
                                  lrs=tuple(sizes.conjecture_lrs if lrs is None else lrs))
@@ -377,7 +375,7 @@ def main(argv=None, prog="python -m numeric.experiments.mechanism_tunnel"):
     parser.add_argument("--task", choices=tuple(TASKS), default="windtunnel",
                         help="windtunnel: E5's task; bijection: bijection recall and elimination "
                              "(numeric.experiments.bijection, V = 16, 24 pairs); transitions: the enlarged wind "
-                             "tunnel (numeric.experiments.transitions, K = 8, L = 128, Dirichlet 0.2); the last two "
+                             "tunnel (numeric.experiments.transitions, K = 8, L = 128, 64 in the default profile, Dirichlet 0.2); the last two "
                              "with their floors and the real LSTM beside the mechanisms (default: windtunnel)")
     parser.add_argument("--lrs", type=_rates, default=(), metavar="LR,LR,...",
                         help="learning rates swept per mechanism, each arm's chosen on held-out validation sequences "

@@ -762,15 +762,13 @@ class ExperimentStage:
 
 
 def _parameter_count(cfg, mechanism):
-    """Trainable parameters of one run of `mechanism` at the tunnel config's sizes, and the share under the content
-    rate (the EM-like arm's fast parameters)."""
+    """One run's parameters at the tunnel config's sizes (mechanism_layers.parameter_count) and the share under the
+    content rate."""
     from numeric.experiments import mechanism_layers as ml
 
     K, t = cfg.tunnel.symbols, cfg.tunnel
-    shapes = ml.shapes(mechanism, 2 * K, t.d_k, t.d_v, K)
-    size = {n: math.prod(s) for n, s in shapes.items()}
-    total = sum(size.values())
-    return {"total": total, "content_share": sum(size[n] for n in ml.content(mechanism)) / total}
+    n = ml.parameter_count(mechanism, 2 * K, t.d_k, t.d_v, K)
+    return {**n, "content_share": n["content"] / n["all"]}
 
 
 def _measured_claim(stage, claim):

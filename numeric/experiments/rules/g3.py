@@ -50,6 +50,7 @@ def g3_task(kl, labels, floor, no_context, baselines=None, group="content-routin
     for m, v in kl.items():
         if m in labels:
             measured["mechanisms"][m] = {"in_group": bool(labels[m]), **_entry(v, floor)}
+    measured["left_out"] = sorted(m for m in kl if m not in labels)  # its cell undecided: in neither group
     for m, v in (baselines or {}).items():
         measured["baselines"][m] = _entry(v, floor)
     ms, bs = measured["mechanisms"], measured["baselines"]
@@ -58,6 +59,7 @@ def g3_task(kl, labels, floor, no_context, baselines=None, group="content-routin
     fmt = lambda names, d=ms: "; ".join(f"{m} {d[m]['kl_bits_queries']:.3f}" for m in names)  # noqa: E731
     head = (f"KL at the queries (bits, {G3_ARM}): {group} [{fmt(inside)}] vs not [{fmt(others)}]"
             + (f", baselines [{fmt(sorted(bs), bs)}]" if bs else "")
+            + (f", left out (cell undecided): {', '.join(measured['left_out'])}" if measured["left_out"] else "")
             + f"; {floor_name} floor {floor:.3f}, no-context floor {no_context:.3f}")
     measured.update(in_group=inside, others=others)
     if not inside or not others:
@@ -99,7 +101,8 @@ def g3(tasks, labels, competition=None):
             by_competition[name] = g3_task(x["kl"], competition, x["floor"], x["no_context"], x.get("baselines"),
                                            group="competing", floor_name=x.get("floor_name", "best"))
     measured = {"tasks": {n: {"verdict": r.verdict, "reason": r.reason, **r.measured,
-                              "details": tasks[n].get("details", {}), "floors": tasks[n].get("floors", {})}
+                              "details": tasks[n].get("details", {}), "floors": tasks[n].get("floors", {}),
+                              "setting": tasks[n].get("setting", "")}
                           for n, r in per.items()},
                 "thresholds": {"G3_BEAT": G3_BEAT, "G3_FAIL": G3_FAIL}}
     if by_competition:
@@ -142,7 +145,10 @@ def task_inputs(entry):
                       "entropy_mae_bits": arm.get("entropy_mae_bits", float("nan")),
                       "accuracy_seen": arm.get("accuracy_seen", float("nan")),
                       **{k: v for k, v in (entry.get("parameters") or {}).get(m, {}).items()}}
-    return {"kl": kl, "baselines": baselines, "floor": floors[best], "floor_name": best,
+    sizes = (entry.get("config") or {}).get("tunnel", {})
+    setting = ", ".join(f"{k} {sizes[k]}" for k in ("values", "pairs", "symbols", "length", "prior", "steps", "batch")
+                        if k in sizes)
+    return {"kl": kl, "baselines": baselines, "floor": floors[best], "floor_name": best, "setting": setting,
             "no_context": floors.get("no_context", float("nan")), "details": details,
             "floors": {n: dict(f) for n, f in entry["floors"].items()}}
 
@@ -192,7 +198,7 @@ def tables(measured):
         for m, group, e in sorted(models, key=lambda r: r[2]["kl_bits_queries"]):
             d = x.get("details", {}).get(m, {})
             mark = "beats" if e["beats_floor"] else ("fails" if e["fails"] else "between")
-            rows.append([m, group, d.get("total", ""), d.get("content_share", float("nan")), d.get("lr", ""),
+            rows.append([m, group, d.get("all", ""), d.get("content_share", float("nan")), d.get("lr", ""),
                          e["kl_bits_queries"], f"{e['ci95'][0]:.3g} to {e['ci95'][1]:.3g}",
                          d.get("kl_bits_queries_sgd", float("nan")), d.get("entropy_mae_bits", float("nan")),
                          d.get("accuracy_seen", float("nan")), mark])
@@ -200,7 +206,7 @@ def tables(measured):
             rows.append([f"floor: {f}", "predictor", "", float("nan"), "", vals.get("kl_bits_queries", float("nan")),
                          "", float("nan"), vals.get("entropy_mae_bits", float("nan")),
                          vals.get("accuracy_seen", float("nan")), "yardstick" if f == x["floor_name"] else ""])
-        out.append({"caption": f"{name}: {x['verdict']} (beats: below {G3_BEAT} x the {x['floor_name']} floor, "
+        out.append({"caption": f"{name}{' (' + x['setting'] + ')' if x.get('setting') else ''}: {x['verdict']} (beats: below {G3_BEAT} x the {x['floor_name']} floor, "
                                f"{x['beat_below']:.3g} bits; fails: at or above it)",
                     "header": ["model", "group", "parameters", "content share", "lr (EM-like)",
                                "KL at queries, EM-like (bits)", "95% interval", "KL, SGD", "entropy error (bits)",
@@ -214,9 +220,9 @@ CLAIM = EmpiricalClaim(
     "the paper's conjecture where it predicts a split: on bijection recall and on the enlarged wind tunnel, the "
     "mechanisms that route by content (proved content_routing cell) end below the best floor of the predictors that "
     "see less, and those that do not, and the real LSTM, stay at or above it",
-    "ours: numeric.experiments.bijection (V = 16, 24 pairs with replacement) and numeric.experiments.transitions "
-    "(K = 8, L = 128, Dirichlet 0.2), every mechanism and the real LSTM at two sizes, the partition from the "
-    "mechanisms table", {},
+    "ours: numeric.experiments.bijection (keys drawn with replacement) and numeric.experiments.transitions (no "
+    "stickiness), every mechanism and the real LSTM at two sizes, the partition from the mechanisms table; each "
+    "task's sizes in its table", {},
     ("KL to the exact Bayes predictive at the query positions per model and seed, EM-like arm at the rate chosen on "
      "validation sequences, held-out sequences",
      "the floors (predictors that see less) on the same sequences",
