@@ -245,6 +245,9 @@ class ExperimentSizes:
     conjecture_eval_batch: int = 256
     conjecture_lrs: tuple = (3e-3, 1e-2, 3e-2)
     conjecture_transitions_length: int = 64
+    # The conjecture's training dtype (the campaign scores every trained model in float64 whatever it is): float32
+    # trains 1.4-2.4x faster on these sizes than float64.
+    conjecture_dtype: str = "float32"
 
     def __post_init__(self):
         _check_ints(self, "length", "steps", "blocks", "checkpoints", "tracked_rows", "replay_steps", "exact_steps",
@@ -292,6 +295,8 @@ class ExperimentSizes:
                 or not set(self.conjecture_tasks) <= {"bijection", "transitions"}):
             raise ValueError("ExperimentSizes.conjecture_tasks must be distinct names among bijection, transitions, got "
                              f"{self.conjecture_tasks!r}")
+        if self.conjecture_dtype not in ("float32", "float64"):
+            raise ValueError(f"ExperimentSizes.conjecture_dtype must be 'float32' or 'float64', got {self.conjecture_dtype!r}")
         if (not isinstance(self.conjecture_lrs, tuple) or not self.conjecture_lrs
                 or len(set(self.conjecture_lrs)) != len(self.conjecture_lrs)
                 or not all(isinstance(x, (int, float)) and x > 0 for x in self.conjecture_lrs)):

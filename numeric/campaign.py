@@ -28,11 +28,13 @@ from numeric.experiments.progress import Progress
 
 @dataclass(frozen=True)
 class Task:
-    """One unit of a campaign: fn(*args) with a stable name (its cache key)."""
+    """One unit of a campaign: fn(*args) with a stable name (its cache key). `priority`: tasks of higher priority
+    start first (a campaign's longest tasks given a higher one finish sooner on a few workers); not in the key."""
 
     name: str
     fn: Callable
     args: tuple = ()
+    priority: int = 0
 
     @property
     def key(self) -> str:
@@ -121,7 +123,7 @@ def _gather(client, tasks, todo, out, cache, log, retries, label, on_result):
     from distributed import as_completed
 
     futures = {client.submit(tasks[i].fn, *tasks[i].args, key=f"{label}-{tasks[i].key}", pure=False,
-                             retries=retries): i for i in todo}
+                             retries=retries, priority=tasks[i].priority): i for i in todo}
     progress = Progress(len(todo), label, log, unit="tasks done")
     for future in as_completed(futures):
         index = futures[future]

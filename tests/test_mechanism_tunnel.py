@@ -224,3 +224,38 @@ def test_the_conjecture_config_reads_the_profile_and_the_cli_refuses_bad_options
         dataclasses.replace(sizes, conjecture_lrs=(0.0,)).validate()
     with pytest.raises(ValueError, match="conjecture_tasks"):
         dataclasses.replace(sizes, conjecture_tasks=("sticky",)).validate()
+
+
+def test_float32_training_is_scored_in_float64_and_lands_near_float64_training():
+    """dtype: the parameters train in float32 (the leaves are float32), the evaluation casts them to float64; on a
+    short run the two dtypes' KLs agree to float32's rounding, not exactly (they are different computations)."""
+    from numeric.experiments import bijection
+
+    task = bijection.BijectionConfig(values=4, pairs=6, batch=4, steps=10, eval_batch=8, d_k=4, d_v=5)
+    cfg = mt.MechanismTunnelConfig(tunnel=task, mechanisms=("softmax",), seeds=(0, 1), seeds_per_task=2)
+    params = mt.init_params(dataclasses.replace(cfg, dtype="float32"), "softmax", (0, 1))
+    assert all(p.dtype == torch.float32 for p in params.values())
+    wide, narrow = (mt.train_task(dataclasses.replace(cfg, dtype=d), "softmax", (0, 1)) for d in ("float64", "float32"))
+    a, b = np.asarray(wide["kl_bits"]), np.asarray(narrow["kl_bits"])
+    assert np.allclose(a, b, rtol=1e-4) and not np.array_equal(a, b)
+    assert dataclasses.replace(cfg, dtype="float32").key() != cfg.key()
+    with pytest.raises(ValueError, match="dtype"):
+        dataclasses.replace(cfg, dtype="float16").validate()
+    with pytest.raises(ValueError, match="conjecture_dtype"):
+        dataclasses.replace(profiles.get("quick").experiments, conjecture_dtype="half").validate()
+
+
+def test_several_configs_run_as_one_campaign_each_summarised_as_alone(tmp_path):
+    """run_all: the configs' tasks in one campaign, each config's summary what `run` gives it alone; the baselines'
+    tasks (the longest) carry the higher priority, so they start first."""
+    from numeric.experiments import bijection
+
+    task = bijection.BijectionConfig(values=4, pairs=5, batch=2, steps=3, eval_batch=4, d_k=4, d_v=5)
+    a = mt.MechanismTunnelConfig(tunnel=task, mechanisms=("softmax", "torch-lstm"), seeds=(0, 1), seeds_per_task=2)
+    b = dataclasses.replace(a, tunnel=dataclasses.replace(task, pairs=6), mechanisms=("gate",))
+    (sa, sb), outcome = mt.run_all([a, b], workers=0, **QUIET)
+    assert outcome.computed == 3 and not outcome.failed and set(sa) == {"softmax", "torch-lstm"} and set(sb) == {"gate"}
+    untimed = lambda s: {m: {k: v for k, v in x.items() if k != "timing"} for m, x in s.items()}  # noqa: E731
+    assert untimed(sa) == untimed(mt.run(a, workers=0, **QUIET)[0])
+    assert untimed(sb) == untimed(mt.run(b, workers=0, **QUIET)[0])
+    assert [t.priority for t in mt.tasks(a)] == [0, 1]

@@ -70,17 +70,20 @@ class LSTM(Layer):
         """h_t for every position (..., T, h): the scan, one step per position."""
         import torch
 
-        pre = project(x, p["W_x"]) + p["b"][..., None, :]  # (..., T, 3h)
-        pre_g = project(x, p["W_xg"]) + p["b_g"][..., None, :]
+        # The gates' and the candidate's weights joined once, so each position costs one recurrent product
+        # (the parameters stay apart: the EM-like arm moves the candidate's at its own rate).
+        w_x = torch.cat([p["W_x"], p["W_xg"]], -1)
+        w_h = torch.cat([p["W_h"], p["W_hg"]], -1)
+        pre = project(x, w_x) + torch.cat([p["b"], p["b_g"]], -1)[..., None, :]  # (..., T, 4h)
         hdim = p["W_hg"].shape[-1]
-        lead = torch.broadcast_shapes(pre.shape[:-2], p["W_h"].shape[:-2])
+        lead = torch.broadcast_shapes(pre.shape[:-2], w_h.shape[:-2])
         h = pre.new_zeros((*lead, hdim))
         c = pre.new_zeros((*lead, hdim))
         out = []
         for t in range(x.shape[-2]):
-            gates = pre[..., t, :] + _recurrent(h, p["W_h"])
-            i, f, o = gates.sigmoid().split(hdim, -1)
-            g = torch.tanh(pre_g[..., t, :] + _recurrent(h, p["W_hg"]))
+            z = pre[..., t, :] + _recurrent(h, w_h)
+            i, f, o = z[..., :GATES * hdim].sigmoid().split(hdim, -1)
+            g = torch.tanh(z[..., GATES * hdim:])
             c = f * c + i * g
             h = o * torch.tanh(c)
             out.append(h)

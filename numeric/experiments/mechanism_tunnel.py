@@ -3,7 +3,7 @@
 The task is numeric.experiments.windtunnel's: sticky chains whose transition matrix is drawn per sequence from a
 Dirichlet prior, inputs x_t = [e_{y_t}, e_{y_{t-1}}], a fresh batch every step, the exact Bayes predictive from the
 Dirichlet counts. Each mechanism is its trainable layer (numeric.experiments.mechanism_layers, the same code as the
-sticky-chain grid) read out by W_O (no bias), trained in float64 by full-batch-per-step SGD on the mean
+sticky-chain grid) read out by W_O (no bias), trained (in float64, or `dtype`, the evaluation in float64) by full-batch-per-step SGD on the mean
 cross-entropy under both arms: sgd (every parameter at the tunnel's lr) and em_like (the mechanism's content at
 value_lr_ratio x lr, routing and the readout at lr), every mechanism on the same sequences and, per seed, from
 parameters drawn by (seed, parameter name). Reported per mechanism, arm and seed: the KL from the Bayes predictive
@@ -18,7 +18,7 @@ One Dask task per mechanism and group of seeds (`train_task`, pure, both arms ba
 DIR/cache/mechanism-tunnel/.
 
     python -m numeric.experiments.mechanism_tunnel [--quick | --extended] [--task windtunnel|bijection|transitions]
-                                                   [--lrs LR,LR,...] [--pairs N]
+                                                   [--lrs LR,LR,...] [--pairs N] [--dtype float32|float64]
                                                    [--workers N | --scheduler ADDRESS] [--out DIR]
 """
 from __future__ import annotations
@@ -45,6 +45,7 @@ LABEL = "mechanism-tunnel"
 ARMS = ("sgd", "em_like")
 RESULT = "t3"  # what a task returns, named in its cache key (t3: runs over arms x rates, entropy per position)
 TASKS = {"windtunnel": windtunnel, "bijection": bijection, "transitions": transitions}
+DTYPES = {"float64": torch.float64, "float32": torch.float32}
 CONFIGS = {windtunnel.TunnelConfig: windtunnel, bijection.BijectionConfig: bijection,
            transitions.TransitionsConfig: transitions}
 
@@ -72,6 +73,8 @@ class MechanismTunnelConfig:
     init_std: float = 0.3  # as E5's attention head
     seeds_per_task: int = 4
     lrs: tuple = ()
+    # The training dtype ("float64" or "float32"); the evaluation always runs in float64 on the trained parameters.
+    dtype: str = "float64"
 
     def rates(self):
         """The learning rates trained: `lrs`, or the task's own lr."""
@@ -85,6 +88,8 @@ class MechanismTunnelConfig:
         self.tunnel.validate()
         positive_ints(self, "seeds_per_task")
         positive(self, "init_std")
+        if self.dtype not in DTYPES:
+            raise ValueError(f"MechanismTunnelConfig.dtype must be one of {sorted(DTYPES)}, got {self.dtype!r}")
         ml.check_names(self.mechanisms, "MechanismTunnelConfig.mechanisms", ml.trainable())
         if len(set(self.rates())) != len(self.rates()) or not all(math.isfinite(x) and x > 0 for x in self.rates()):
             raise ValueError(f"MechanismTunnelConfig.lrs must be distinct positive rates, got {self.lrs!r}")
@@ -117,15 +122,15 @@ def init_params(cfg, mechanism, seeds):
             g = torch.Generator().manual_seed((int(s) * 1_000_003 + zlib.crc32(name.encode())) % (2 ** 62))
             per.append(torch.randn(sh[name], generator=g, dtype=torch.float64) * cfg.init_std)
         w = torch.stack(per)[None, :, None].expand(len(cfg.runs()), *([-1] * (len(sh[name]) + 2)))
-        out[name] = w.clone().requires_grad_(True)
+        out[name] = w.to(DTYPES[cfg.dtype]).clone().requires_grad_(True)  # drawn in float64 whatever the dtype
     return out
 
 
-def _batch(cfg, gens, batch):
+def _batch(cfg, gens, batch, dtype=torch.float64):
     """(x (1, S, B, T, 2K), y (1, S, B, T)): one batch of sequences per seed, from that seed's generator."""
     task = task_of(cfg)
     ys = [task.sample(cfg.tunnel, batch, g) for g in gens]
-    x = torch.stack([task.inputs(cfg.tunnel, y) for y in ys])[None]
+    x = torch.stack([task.inputs(cfg.tunnel, y) for y in ys])[None].to(dtype)
     return x, torch.stack([y[:, 1:] for y in ys])[None], ys
 
 
@@ -168,10 +173,11 @@ def _floor_scores(cfg, seeds):
 
 
 def _evaluate(cfg, mechanism, params, seeds, offset):
-    """The model's and Bayes's predictives on eval_batch fresh sequences per seed (generator seed + offset)."""
+    """The model's and Bayes's predictives on eval_batch fresh sequences per seed (generator seed + offset), in
+    float64 whatever the training dtype."""
     x, ys, bayes = _held_out(cfg, tuple(seeds), offset)
     with torch.no_grad():
-        p = ml.probabilities(mechanism, params, x)  # (R, S, B, T, K)
+        p = ml.probabilities(mechanism, {n: w.double() for n, w in params.items()}, x)  # (R, S, B, T, K)
     return p, bayes, ys
 
 
@@ -180,14 +186,14 @@ def _train(cfg, mechanism, seeds):
     runs = cfg.runs()
     params = init_params(cfg, mechanism, seeds)
     lrs = {n: torch.tensor([lr * (t.value_lr_ratio if a == "em_like" and n in ml.content(mechanism) else 1.0)
-                            for a, lr in runs], dtype=torch.float64).view(-1, *([1] * (p.dim() - 1)))
+                            for a, lr in runs], dtype=p.dtype).view(-1, *([1] * (p.dim() - 1)))
            for n, p in params.items()}
     gens = [torch.Generator().manual_seed(int(s) + 17) for s in seeds]  # the same sequences for every mechanism
     curve = []
     adam = ml.Adam(params) if getattr(t, "optimizer", "sgd") == "adam" else None
     t0 = time.perf_counter()
     for _ in range(t.steps):
-        x, y, _ = _batch(cfg, gens, t.batch)
+        x, y, _ = _batch(cfg, gens, t.batch, DTYPES[cfg.dtype])
         loss = ml.losses(mechanism, params, x, y).mean(-1)  # (R, S): the mean over sequences and positions
         if adam is not None:
             adam.step(params, lrs, loss)
@@ -222,29 +228,48 @@ def _train(cfg, mechanism, seeds):
 
 
 def tasks(cfg):
+    """One campaign task per mechanism and group of seeds. The baselines (a Python loop over positions per step, the
+    campaign's longest tasks) start first, so that on a few workers no one of them is left running alone at the end."""
     from numeric import campaign
 
     key = cfg.key()
     where = {m: ml.source(m) for m in cfg.mechanisms}
+    slow = set(ml.baselines())
     return [campaign.Task(f"{LABEL}/{ml.task_label(m, where[m])}/seeds={'-'.join(map(str, g))}/{key}", train_task,
-                          (cfg, m, g, where[m])) for m in cfg.mechanisms for g in cfg.groups()]
+                          (cfg, m, g, where[m]), priority=1 if m in slow else 0)
+            for m in cfg.mechanisms for g in cfg.groups()]
 
 
 def run(cfg, cache_dir=None, workers=None, scheduler=None, log=print, cluster=None):
     """Train every mechanism as a campaign. Returns (summary, outcome): summary[mechanism] per arm the KL to Bayes
     (mean, 95% interval over seeds, per seed), the entropy error and the final loss; {"failed": True} for a
     mechanism with a failed task."""
+    (summary,), outcome = run_all([cfg], cache_dir, workers, scheduler, log, cluster)
+    return summary, outcome
+
+
+def run_all(cfgs, cache_dir=None, workers=None, scheduler=None, log=print, cluster=None):
+    """Several configurations' tasks as one campaign (the workers never wait between two of them). Returns
+    ([summary per config], outcome), each summary as `run`'s."""
     from numeric import campaign
 
-    cfg.validate()
-    todo = tasks(cfg)
+    todo, spans = [], []
+    for cfg in cfgs:
+        cfg.validate()
+        mine = tasks(cfg)
+        spans.append((len(todo), len(todo) + len(mine)))
+        todo += mine
     outcome = campaign.run(todo, scheduler=scheduler, workers=workers, cache_dir=cache_dir, log=log, label=LABEL,
                            cluster=cluster)
+    return [_collect(cfg, outcome.results[lo:hi]) for cfg, (lo, hi) in zip(cfgs, spans)], outcome
+
+
+def _collect(cfg, results):
     groups, out = len(cfg.groups()), {}
     for i, m in enumerate(cfg.mechanisms):
-        parts = outcome.results[i * groups:(i + 1) * groups]
+        parts = results[i * groups:(i + 1) * groups]
         out[m] = {"failed": True} if any(p is None for p in parts) else summarise(parts)
-    return out, outcome
+    return out
 
 
 def _interval(v):
@@ -336,7 +361,7 @@ def conjecture_config(sizes, task, extended=False, lrs=None):
     tunnel = config() if extended else config(**reduced)
     seeds = tuple(sizes.conjecture_seeds)
     return MechanismTunnelConfig(tunnel=tunnel, mechanisms=ml.trainable(), seeds=seeds, seeds_per_task=len(seeds),
-                                 lrs=tuple(sizes.conjecture_lrs if lrs is None else lrs))
+                                 lrs=tuple(sizes.conjecture_lrs if lrs is None else lrs), dtype=sizes.conjecture_dtype)
 
 
 def table(summary):
@@ -382,6 +407,9 @@ def main(argv=None, prog="python -m numeric.experiments.mechanism_tunnel"):
                              "(default: the task's own lr)")
     parser.add_argument("--pairs", type=int, default=None, metavar="N",
                         help="bijection only: the number of pairs shown per sequence (default 24)")
+    parser.add_argument("--dtype", choices=tuple(DTYPES), default=None,
+                        help="the training dtype; every model is scored in float64 whatever it is (default: float64 "
+                             "for windtunnel, the profile's conjecture_dtype, float32, for the other two)")
     args = parser.parse_args(argv)
     sizes = profiles.get("quick" if args.profile == "quick" else "default").experiments
     if args.pairs is not None and args.task != "bijection":
@@ -393,6 +421,8 @@ def main(argv=None, prog="python -m numeric.experiments.mechanism_tunnel"):
         cfg = conjecture_config(sizes, args.task, extended=args.profile == "extended", lrs=args.lrs or None)
         if args.pairs is not None:
             cfg = dataclasses.replace(cfg, tunnel=dataclasses.replace(cfg.tunnel, pairs=args.pairs))
+    if args.dtype is not None:
+        cfg = dataclasses.replace(cfg, dtype=args.dtype)
     try:
         cfg.validate()
     except ValueError as exc:
