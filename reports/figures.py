@@ -238,7 +238,7 @@ def _conjecture(task):
 
 def conjecture(r, task):
     """G3 on one task: per position the predictive entropy (bits, mean over held-out sequences and seeds) of every
-    mechanism's EM-like arm, coloured by its content_routing cell, the baselines (the real LSTM) grey, Bayes black;
+    mechanism at the schedule G3 judges (g3.schedule), coloured by its content_routing cell, the baselines (the real LSTM) grey, Bayes black;
     the best floor's KL at the queries in the title."""
     entry = (r.get("experiments", {}).get("conjecture") or {}).get(task)
     bayes = (entry or {}).get("bayes_entropy_by_position")
@@ -247,8 +247,10 @@ def conjecture(r, task):
     labels, base = entry.get("content_routing", {}), set(entry.get("baselines", ()))
     fig, ax = plt.subplots(figsize=(6.4, 3.2))
     x = list(range(1, len(bayes) + 1))
+    from numeric.experiments.rules.g3 import schedule
+
     for m, s in entry["mechanisms"].items():
-        e = (s.get("arms") or {}).get("em_like", {}) if not s.get("failed") else {}
+        e = (s.get("arms") or {}).get(schedule(s), {}) if not s.get("failed") else {}
         if "entropy_by_position" not in e:
             continue
         color, ls = (("#7f7f7f", "--") if m in base else (STRUCTURE_COLORS[labels.get(m)], "-"))

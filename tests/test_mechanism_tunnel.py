@@ -259,3 +259,30 @@ def test_several_configs_run_as_one_campaign_each_summarised_as_alone(tmp_path):
     assert untimed(sa) == untimed(mt.run(a, workers=0, **QUIET)[0])
     assert untimed(sb) == untimed(mt.run(b, workers=0, **QUIET)[0])
     assert [t.priority for t in mt.tasks(a)] == [0, 1]
+
+
+def test_a_rate_chosen_at_the_sweeps_edge_is_trained_once_more_past_it():
+    """run_all(extend=True): with two rates every chosen rate is at an edge, so each model trains once more one step
+    past it; the joined runs are those of the three rates trained at once, and the rate is chosen over all of them."""
+    from numeric.experiments import bijection
+
+    task = bijection.BijectionConfig(values=4, pairs=5, batch=2, steps=4, eval_batch=4, d_k=4, d_v=5)
+    cfg = mt.MechanismTunnelConfig(tunnel=task, mechanisms=("softmax",), seeds=(0, 1), seeds_per_task=2,
+                                   lrs=(1e-2, 3e-2))
+    plain = mt.train_task(cfg, "softmax", (0, 1))
+    past = mt.edges(cfg, [plain])["softmax"]
+    assert past and all(np.isclose(x, 1e-2 / 3, rtol=1e-5) or np.isclose(x, 9e-2) for x in past)
+    (s,), outcome = mt.run_all([cfg], workers=0, **QUIET)
+    assert s["softmax"]["extended_rates"] == list(past) and outcome.computed == 2
+    every = mt.train_task(dataclasses.replace(cfg, lrs=(1e-2, 3e-2) + past), "softmax", (0, 1))
+    for arm in mt.ARMS:
+        e = s["softmax"]["arms"][arm]
+        assert sorted(x["lr"] for x in e["lr_sweep"]) == sorted((1e-2, 3e-2) + past)
+        swept = dict(zip([tuple(r) for r in every["runs"]], every["validation_kl_bits"]))
+        for x in e["lr_sweep"]:
+            assert np.isclose(x["validation_kl_bits"], np.mean(swept[(arm, x["lr"])]), rtol=1e-9)
+        assert isinstance(e["lr_at_edge"], bool)
+    (unextended,), _ = mt.run_all([cfg], workers=0, extend=False, **QUIET)
+    assert "extended_rates" not in unextended["softmax"]
+    with pytest.raises(ValueError, match="different mechanisms"):
+        mt.join(plain, {**plain, "mechanism": "gate"})

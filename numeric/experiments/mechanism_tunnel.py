@@ -75,6 +75,9 @@ class MechanismTunnelConfig:
     lrs: tuple = ()
     # The training dtype ("float64" or "float32"); the evaluation always runs in float64 on the trained parameters.
     dtype: str = "float64"
+    # The sweep these rates extend past its edge (`run_all`): validation KLs are computed, so that the rate is chosen
+    # over the sweep and its extension together.
+    extends: tuple = ()
 
     def rates(self):
         """The learning rates trained: `lrs`, or the task's own lr."""
@@ -93,6 +96,8 @@ class MechanismTunnelConfig:
         ml.check_names(self.mechanisms, "MechanismTunnelConfig.mechanisms", ml.trainable())
         if len(set(self.rates())) != len(self.rates()) or not all(math.isfinite(x) and x > 0 for x in self.rates()):
             raise ValueError(f"MechanismTunnelConfig.lrs must be distinct positive rates, got {self.lrs!r}")
+        if not all(isinstance(x, (int, float)) and math.isfinite(x) and x > 0 for x in self.extends):
+            raise ValueError(f"MechanismTunnelConfig.extends must hold positive rates, got {self.extends!r}")
         if len(self.seeds) < 2 or len(set(self.seeds)) != len(self.seeds):
             raise ValueError(f"MechanismTunnelConfig.seeds must hold at least two distinct seeds, got {self.seeds!r}")
         return self
@@ -104,7 +109,8 @@ class MechanismTunnelConfig:
     def key(self):
         from derive import __version__
 
-        fields = {k: v for k, v in dataclasses.asdict(self).items() if k not in ("mechanisms", "seeds", "seeds_per_task")}
+        fields = {k: v for k, v in dataclasses.asdict(self).items() if k not in ("mechanisms", "seeds", "seeds_per_task")
+                  and not (k == "extends" and not v)}  # a plain sweep's key is what it was before extensions
         blob = repr((fields, task_of(self).__name__, ARMS, RESULT, __version__))
         return hashlib.sha256(blob.encode()).hexdigest()[:12]
 
@@ -210,7 +216,7 @@ def _train(cfg, mechanism, seeds):
         extra["scores"] = [[task.scores(t, ys[s], p[r, s], bayes[0, s]) for s in range(len(seeds))]
                            for r in range(len(runs))]
         extra["floors"] = copy.deepcopy(_floor_scores(cfg, tuple(seeds)))
-    if len(cfg.lrs) > 1:  # the rate is chosen on sequences of its own, not on the ones scored
+    if len(cfg.lrs) > 1 or cfg.extends:  # the rate is chosen on sequences of its own, not on the ones scored
         pv, bv, _ = _evaluate(cfg, mechanism, params, seeds, 55)
         extra["validation_kl_bits"] = chain.kl_bits(bv, pv).mean(-1).tolist()
     return {**extra, "mechanism": mechanism, "seeds": list(seeds), "arms": list(ARMS), "lrs": list(cfg.rates()),
@@ -248,10 +254,19 @@ def run(cfg, cache_dir=None, workers=None, scheduler=None, log=print, cluster=No
     return summary, outcome
 
 
-def run_all(cfgs, cache_dir=None, workers=None, scheduler=None, log=print, cluster=None):
+def run_all(cfgs, cache_dir=None, workers=None, scheduler=None, log=print, cluster=None, extend=True):
     """Several configurations' tasks as one campaign (the workers never wait between two of them). Returns
-    ([summary per config], outcome), each summary as `run`'s."""
+    ([summary per config], outcome), each summary as `run`'s.
+
+    `extend`: where a mechanism's chosen rate (either arm) is the sweep's lowest or highest, it is trained once more
+    one step past that edge (the sweep's own ratio there), as a second campaign of those mechanisms only, and each
+    arm's rate is chosen again over the sweep and the extension (summary[m]["extended_rates"]; an arm whose rate is
+    still at an edge says so, `lr_at_edge`)."""
     from numeric import campaign
+
+    def submit(todo):
+        return campaign.run(todo, scheduler=scheduler, workers=workers, cache_dir=cache_dir, log=log, label=LABEL,
+                            cluster=cluster)
 
     todo, spans = [], []
     for cfg in cfgs:
@@ -259,9 +274,73 @@ def run_all(cfgs, cache_dir=None, workers=None, scheduler=None, log=print, clust
         mine = tasks(cfg)
         spans.append((len(todo), len(todo) + len(mine)))
         todo += mine
-    outcome = campaign.run(todo, scheduler=scheduler, workers=workers, cache_dir=cache_dir, log=log, label=LABEL,
-                           cluster=cluster)
-    return [_collect(cfg, outcome.results[lo:hi]) for cfg, (lo, hi) in zip(cfgs, spans)], outcome
+    outcome = submit(todo)
+    results = [list(outcome.results[lo:hi]) for lo, hi in spans]
+    extended = [{} for _ in cfgs]
+    if extend:
+        more, where = [], []
+        for c, cfg in enumerate(cfgs):
+            for m, rates in edges(cfg, results[c]).items():
+                ext = dataclasses.replace(cfg, mechanisms=(m,), lrs=rates, extends=cfg.rates())
+                mine = tasks(ext)
+                where.append((c, m, len(more), len(mine)))
+                extended[c][m] = list(rates)
+                more += mine
+        if more:
+            log(f"  {LABEL}: {len(where)} models chose a rate at the sweep's edge; trained once more past it")
+            second = submit(more)
+            outcome.failed.update(second.failed)
+            outcome.computed += second.computed
+            outcome.cached += second.cached
+            outcome.seconds += second.seconds
+            for c, m, lo, n in where:
+                i = cfgs[c].mechanisms.index(m)
+                for j in range(n):
+                    a, b = results[c][i * n + j], second.results[lo + j]
+                    results[c][i * n + j] = None if a is None or b is None else join(a, b)
+    summaries = [_collect(cfg, r) for cfg, r in zip(cfgs, results)]
+    for summary, ext in zip(summaries, extended):
+        for m, rates in ext.items():
+            if not summary[m].get("failed"):
+                summary[m]["extended_rates"] = rates
+    return summaries, outcome
+
+
+def edges(cfg, results):
+    """{mechanism: rates one step past each edge of the sweep its chosen rates sit on}, from a config's task results
+    (none without a sweep of at least two rates, or for a mechanism with a failed task)."""
+    rates = sorted(cfg.rates())
+    if len(rates) < 2:
+        return {}
+    groups, out = len(cfg.groups()), {}
+    for i, m in enumerate(cfg.mechanisms):
+        parts = results[i * groups:(i + 1) * groups]
+        if any(p is None for p in parts):
+            continue
+        chosen = {e["lr"] for e in summarise(parts)["arms"].values()}
+        new = ([rates[-1] * rates[-1] / rates[-2]] if rates[-1] in chosen else []) + (
+            [rates[0] * rates[0] / rates[1]] if rates[0] in chosen else [])
+        if new:
+            out[m] = tuple(sorted(float(f"{x:.6g}") for x in new))
+    return out
+
+
+PER_RUN = ("kl_bits", "entropy_mae_bits", "entropy_by_position", "entropy_mae_by_position", "final_loss", "curve",
+           "scores", "validation_kl_bits", "runs")
+
+
+def join(a, b):
+    """One task's result and its extension's (the same mechanism, seeds and sequences, other rates) as one result
+    whose runs are both's."""
+    if a["mechanism"] != b["mechanism"] or a["seeds"] != b["seeds"]:
+        raise ValueError("join: results of different mechanisms or seeds")
+    out = {**a, "lrs": list(a["lrs"]) + [x for x in b["lrs"] if x not in a["lrs"]],
+           "finite": a["finite"] and b["finite"],
+           "timing": {"loop_seconds": a["timing"]["loop_seconds"] + b["timing"]["loop_seconds"]}}
+    for key in PER_RUN:
+        if key in a:
+            out[key] = list(a[key]) + list(b[key])
+    return out
 
 
 def _collect(cfg, results):
@@ -303,6 +382,7 @@ def summarise(parts):
             best = mine[0]
         entry = {"lr": runs[best][1]}
         if sweep:
+            entry["lr_at_edge"] = runs[best][1] in (min(runs[r][1] for r in mine), max(runs[r][1] for r in mine))
             entry["lr_sweep"] = [{"lr": runs[r][1], "validation_kl_bits": sweep[r],
                                   "kl_bits": float(np.mean(seeds_of("kl_bits", r)))} for r in mine]
         for key in ("kl_bits", "entropy_mae_bits", "final_loss"):
