@@ -31,6 +31,13 @@ Sites:
   watched by module hooks, added for recorded forwards: q, k, v are recomputed from its in-projection
   and the inputs, the masks merged as the module merges them, and u = (dL/d output) W_out, the
   gradient at the heads' concatenated output.
+- Hugging Face transformers models: attn_implementation="sdpa" is SDPA, seen as above; "eager" computes
+  attention in its modeling module's eager_attention_forward, which for recorded forwards only is replaced by
+  a wrapper calling it with the same arguments (restored when the forward ends): q, k and v (k, v repeated
+  to the query heads as eager repeats them), the additive mask, the scaling and u = dL/d(attention output per
+  head). TransformerLens attention blocks (HookedTransformer): their hook points hooked for recorded forwards
+  (q, k after rotary when there is one, v, the mask from hook_attn_scores, scale 1 / attn_scale, u = dL/d
+  hook_z). numeric.watch_hf says how; neither library is imported for a model that is not theirs.
 Between recorded steps only the model itself carries hooks (begin and end of a step), so an unrecorded
 step runs as an unwatched one. A site is named by the module path of the innermost module of the model
 with a method on the call stack at the call ('' for the model itself) and its call index within the
@@ -96,6 +103,7 @@ import torch.nn.functional as F
 from torch import nn
 from torch.overrides import TorchFunctionMode
 
+from numeric import watch_hf
 from numeric.api import attention_routing
 
 SDPA = torch._C._nn.scaled_dot_product_attention  # the builtin (F's attribute may be replaced, see Watcher)
@@ -233,6 +241,11 @@ def _merged_mask(attn_mask, key_padding_mask, q):
             add = add.view(shape)
         total = add if total is None else total + add
     return total
+
+
+def _from_seq_major(g):
+    """u at the heads, (N, H, L, hd), from the gradient at a (N, L, H, hd) attention output."""
+    return g.detach().transpose(-3, -2).clone()
 
 
 CHUNK = 2**18  # score entries per chunk of the batch: the temporaries stay small enough for the cache
@@ -431,6 +444,7 @@ class Watcher:
         self._mha_depth, self._calls, self._prev, self._handles, self._mode, self._names = 0, 0, {}, [], None, {}
         self._mha_calls = {}  # module -> (args, kwargs) of its call in progress
         self._mode_on, self._step_handles, self._in_wrapper, self._token = False, [], 0, None
+        self._eager = []  # (modeling module, its eager_attention_forward) replaced for the recorded forward
         self._pending = {}  # graph task id -> the sites its backward pass has reached
         self._next = False  # record_next() was called
         self._open = {}  # step -> {site: [call, u summed over passes, passes]} and its groups' states, until closed
@@ -467,6 +481,9 @@ class Watcher:
                 raise ValueError(f"watch: nn.MultiheadAttention '{name}' uses add_bias_kv/add_zero_attn, not supported")
             if _compiled_module(mod):
                 raise ValueError(f"watch: {f'submodule {name!r}' if name else 'the model'} is compiled; {COMPILED}")
+            if watch_hf.is_lens_attention(mod):
+                watch_hf.check_lens(name, mod)
+        watch_hf.check_hf(self.model)
         # Only the model itself is hooked throughout: a module with hooks takes Module.__call__'s slow path
         # (hooks on every module, as an earlier version had, cost 2.4% of every step of the demonstration
         # model). What a recorded step needs is added for its forward and removed after it.
@@ -513,11 +530,16 @@ class Watcher:
                 self._recorded += 1
                 self._masks.clear()
                 self._names = {id(sub): (name, sub) for name, sub in self.model.named_modules()}
-                for _, sub in self._names.values():
+                for name, sub in self._names.values():
                     if sub is not self.model:
                         self._step_handles += self._mha_hooks(sub)
+                    if watch_hf.is_lens_attention(sub):
+                        self._step_handles += self._lens_hooks(name, sub)
                 self._prev_sdpa = F.scaled_dot_product_attention
                 F.scaled_dot_product_attention = self._wrapper()
+                for module in watch_hf.eager_modules(self.model):
+                    self._eager.append((module, module.eager_attention_forward))
+                    module.eager_attention_forward = self._eager_wrapper(module.eager_attention_forward)
                 torch.overrides._push_mode(self._mode)
                 self._mode_on = True
 
@@ -531,6 +553,10 @@ class Watcher:
             _remove_mode(self._mode)
             if getattr(F.scaled_dot_product_attention, "_watcher", None) is self:
                 F.scaled_dot_product_attention = _live(self._prev_sdpa)
+            for module, previous in self._eager:
+                if getattr(module.eager_attention_forward, "_watcher", None) is self:
+                    module.eager_attention_forward = _live(previous)
+            self._eager = []
         for h in self._step_handles:
             h.remove()
         self._step_handles = []
@@ -561,6 +587,66 @@ class Watcher:
         scaled_dot_product_attention.__doc__, scaled_dot_product_attention._watcher = previous.__doc__, self
         scaled_dot_product_attention._previous, scaled_dot_product_attention._active = previous, active
         return scaled_dot_product_attention
+
+    def _eager_wrapper(self, previous):
+        """A Hugging Face modeling module's eager_attention_forward while a recorded step's forward runs: calls
+        the function it replaced with the same arguments and reads the call (watch_hf.eager_inputs)."""
+        owner, token = threading.get_ident(), self._token
+
+        def active():
+            return self._mode_on and self._token is token
+
+        @functools.wraps(previous)
+        def eager_attention_forward(*args, **kwargs):
+            if threading.get_ident() != owner or not active():
+                return previous(*args, **kwargs)
+            out = previous(*args, **kwargs)
+            self._capture_eager(previous, out, args, kwargs)
+            return out
+        eager_attention_forward._watcher, eager_attention_forward._previous = self, previous
+        eager_attention_forward._active = active
+        return eager_attention_forward
+
+    def _capture_eager(self, fn, out, args, kwargs):
+        attn = out[0] if isinstance(out, tuple) else out
+        if not self.recording or not isinstance(attn, torch.Tensor) or not attn.requires_grad:
+            return
+        module, q, k, v, mask, scale, p = watch_hf.eager_inputs(fn, args, kwargs)
+        given = kwargs["attention_mask"] if "attention_mask" in kwargs else args[4] if len(args) > 4 else None
+        if mask is not None and mask is given:
+            mask = self._frozen(mask)  # the caller's (a sliced or converted mask is a new tensor)
+        found = self._names.get(id(module))
+        name = found[0] if found is not None and found[1] is module else self._site_name()
+        self._attach(attn, name, q.detach(), k.detach(), v.detach(), mask, scale, p, _from_seq_major)
+
+    def _lens_hooks(self, name, mod):
+        """A TransformerLens attention block's hook points, hooked for a recorded forward: q, k, v (after
+        rotary when it has it) and the scores are kept, and the call is read at hook_z (watch_hf)."""
+        state = {}
+
+        def keep(key):
+            def hook(point, args, out):
+                state[key] = out
+            return hook
+        keys = ("q", "k", "v", "attn_scores") + (("rot_q", "rot_k") if mod.cfg.positional_embedding_type == "rotary" else ())
+        handles = [getattr(mod, f"hook_{key}").register_forward_hook(keep(key)) for key in keys]
+        handles.append(mod.hook_z.register_forward_hook(lambda point, args, z: self._capture_lens(name, mod, state, z)))
+        return handles
+
+    def _capture_lens(self, name, mod, state, z):
+        got = dict(state)
+        state.clear()
+        if not self.recording or not z.requires_grad or "attn_scores" not in got:
+            return
+        q = watch_hf.lens_heads(got["rot_q"] if "rot_q" in got else got["q"])
+        k = watch_hf.lens_heads(got["rot_k"] if "rot_k" in got else got["k"])
+        v = watch_hf.lens_heads(got["v"])
+        if k.shape[-3] != q.shape[-3]:  # grouped-query attention: its key/value heads repeated, as it repeats them
+            rep = q.shape[-3] // k.shape[-3]
+            k, v = k.repeat_interleave(rep, -3), v.repeat_interleave(rep, -3)
+        scale = watch_hf.lens_scale(mod)
+        mask = watch_hf.lens_mask(mod, got["attn_scores"], q, k, scale, _causal)
+        self._attach(z, name, q, k, v, mask, scale, 0.0, _from_seq_major)
 
     def _site_name(self):
         """The module path of the innermost module of the model with a method on the call stack (its

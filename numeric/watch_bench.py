@@ -12,7 +12,11 @@ Setups (SETUPS):
   goal is stated for;
 - `long`: the same kind of encoder (d_model 64, 4 heads, 2 layers, feed-forward 256) on sequences of
   128 random vectors, batch 16, a squared-output loss: attention matrices 16x larger per sequence, so
-  the closed forms weigh more against the rest of the step.
+  the closed forms weigh more against the rest of the step;
+- `hf`: a Hugging Face GPT-2 (GPT2LMHeadModel from a config built here, no weights downloaded: 2 layers, 4
+  heads, d_model 128, vocabulary 256, attn_implementation="sdpa", no dropout) trained with Adam on batch 8 x 128
+  random tokens, its language-modelling loss; needs the `hf` extra (`pip install -e '.[hf]'`), and without it
+  is skipped (skip_reason says why).
 """
 from __future__ import annotations
 
@@ -27,6 +31,7 @@ import time
 import torch
 from torch import nn
 
+from numeric import watch_hf
 from numeric.watch import watch
 
 # name -> (the function building it, `module:function`; what it trains, as results.json's benchmark `shape`)
@@ -36,7 +41,41 @@ SETUPS = {
                        "deep_watch)", "data": "sticky wind tunnel"}),
     "long": ("numeric.watch_bench:long_setup",
              {"model": "2-layer 4-head causal TransformerEncoder", "d_model": 64, "batch": 16, "seq": 128}),
+    "hf": ("numeric.watch_bench:hf_setup",
+           {"model": "Hugging Face GPT2LMHeadModel, 2 layers, 4 heads, sdpa, Adam", "d_model": 128, "vocab": 256,
+            "batch": 8, "seq": 128}),
 }
+NEEDS = {"hf": "transformers"}  # setup -> the optional dependency it needs
+
+
+def skip_reason(setup):
+    """Why `setup` cannot run here (its optional dependency is missing), or None."""
+    need = NEEDS.get(setup)
+    if need is None:
+        return None
+    try:
+        watch_hf.require(need)
+    except ImportError as exc:
+        return str(exc)
+    return None
+
+
+def hf_setup(seed=0):
+    """A small Hugging Face GPT-2 (sdpa attention, float32, no dropout) on batch 8 x 128 random tokens, Adam."""
+    transformers = watch_hf.require("transformers")
+    torch.manual_seed(seed)
+    cfg = transformers.GPT2Config(vocab_size=256, n_positions=128, n_embd=128, n_layer=2, n_head=4, attn_pdrop=0.0,
+                                  resid_pdrop=0.0, embd_pdrop=0.0, bos_token_id=0, eos_token_id=0)
+    cfg._attn_implementation = "sdpa"
+    model = transformers.GPT2LMHeadModel(cfg)
+    ids = torch.randint(0, 256, (8, 128), generator=torch.Generator().manual_seed(1))
+    opt = torch.optim.Adam(model.parameters(), lr=1e-3)
+
+    def step(model):
+        model(input_ids=ids, labels=ids).loss.backward()
+        opt.step()
+        opt.zero_grad()
+    return model, step
 
 
 def long_setup(seed=0):
@@ -199,6 +238,10 @@ def main(argv=None, prog="python -m numeric.watch_bench"):
         return 0
     if args.every < 1 or args.repeats < 1 or not args.min_seconds >= 0:
         ap.error("--every and --repeats must be positive, --min-seconds >= 0")
+    reason = skip_reason(args.setup)
+    if reason:
+        print(f"{args.setup}: skipped: {reason}", file=sys.stderr)
+        return 2
     if args.unrecorded:
         r = unrecorded(args.setup)
         print(f"{args.setup}: step {r['step_s'] * 1e3:.2f} ms, unrecorded watched step {r['step_unrecorded_s'] * 1e3:.2f} ms: "

@@ -104,7 +104,9 @@ def test_the_readme_is_a_short_guide_with_its_picture():
     for link in re.findall(r"\]\((docs/[^)#]+)", text):
         assert (ROOT / link).exists(), link
     assert "pip install torch==2.13.0 -e . && python -m derive.all" in text
-    assert "pip install torch==2.13.0 -e '.[test]' && pytest" in text
+    assert "pip install torch==2.13.0 -e '.[test,hf]' && pytest" in text
+    ci = (ROOT / ".ci" / "run").read_text().strip().splitlines()[-1]  # CI runs the README's test command
+    assert ci == "pip install torch==2.13.0 -e '.[test,hf]' && pytest" and ci in text
     assert "](docs/report-first-screen.png)" in text
 
 
