@@ -367,3 +367,40 @@ def test_a_missing_extra_names_the_install_command(monkeypatch):
     with watch(layer) as w:
         layer(torch.randn(2, 5, 8)).sum().backward()
     assert len(w.records) == 1
+
+
+# -- the overhead benchmark in the numeric stage ------------------------------------------------------------
+def _stage_benchmarks(monkeypatch, missing):
+    from derive.profile import DEFAULT
+    from derive.results import Results
+    from numeric import stage, watch_bench
+
+    timed = []
+
+    def benchmark(setup, **kwargs):
+        timed.append(setup)
+        return dict(step_s=1.0, step_watched_s=1.05, ratio=1.05, ratio_quartiles=[1.0, 1.1], peak_rss_increase_mib=1.0,
+                    held_mib=0.5, pairs=1, steps_per_block=20, enter_exit_s=0.0)
+    monkeypatch.setattr(watch_bench, "benchmark", benchmark)
+    if missing:
+        monkeypatch.setitem(sys.modules, "transformers", None)
+    results = Results({})
+    st = stage.NumericStage(results, DEFAULT, "cpu", 0, log=lambda *a: None)
+    st.watch_overhead()
+    return timed, results
+
+
+def test_the_stage_times_hf_beside_long(monkeypatch):
+    pytest.importorskip("transformers")
+    timed, results = _stage_benchmarks(monkeypatch, missing=False)
+    assert timed == ["demo", "long", "hf"]
+    hf = next(b for b in results.benchmarks if b["name"] == "numeric/watch-overhead/hf/every=10")
+    assert hf["ratio"] == 1.05 and hf["goal_ratio"] == 1.1
+
+
+def test_the_stage_records_hf_skipped_without_transformers(monkeypatch):
+    timed, results = _stage_benchmarks(monkeypatch, missing=True)
+    assert timed == ["demo", "long"]
+    (check,) = [c for c in results.checks if c.id == "numeric/watch-overhead/hf/every=10"]
+    assert check.status == "skipped" and "pip install -e '.[hf]'" in str(check.measured)
+    assert not any(b["name"].startswith("numeric/watch-overhead/hf/") for b in results.benchmarks)
