@@ -483,6 +483,20 @@ def experiments_section(results, figures):
         out.append(html(Paragraph(["Speed against the sequential loop of the same math: ", Bold(f"{fmt(sp['speedup'], 3)}x"),
                                    [f" (per round {fmt(min(per), 3)}", NDASH, f"{fmt(max(per), 3)})"] if per else [],
                                    f" ({sp['method']}; max loss difference {fmt(sp['max_abs_loss_difference'])})."])))
+    rf = ex.get("step_roofline")
+    if rf:
+        ceil = rf["ceiling"]
+        out.append(html(Paragraph([
+            f"Where the step's time goes ({rf['runs']} runs at once, T = {rf['length']}, {rf['threads']} threads): "
+            f"{fmt(rf['step_s'] * 1e3, 3)} ms per step, {fmt(rf['flops'] / 1e9, 3)} GFLOP of matrix products "
+            f"({fmt(rf['useful_flops'] / 1e9, 3)} at the model's own widths), so ", Bold(f"{fmt(rf['gflops'], 3)} GFLOP/s"),
+            f": {fmt(100 * rf['fraction_of_step_shape_ceiling'], 2)}% of the float32 product at the step's largest "
+            f"shape ({fmt(ceil['step_shape']['gflops'], 3)} GFLOP/s) and {fmt(100 * rf['fraction_of_square_ceiling'], 2)}% "
+            f"of a {ceil['square']['shape'][0]}-square product ({fmt(ceil['square']['gflops'], 3)} GFLOP/s), measured in "
+            f"the same run; the threads idle {fmt(100 * rf['thread_idle_share'], 2)}% of the time. Per component: "
+            + ", ".join(f"{k} {fmt(v * 1e3, 2)} ms" for k, v in rf["components_s"].items()) + "."], id="step-roofline")))
+        if "step_profile" in figures:
+            out.append(html(Figure("step_profile", id="fig-step_profile")))
     deep, grid = v.deep_view(ex, claims), v.grid_view(ex, claims)
     out.append(Section("deep-watch", "W1: frame and precision in a deep model, watched while it trains",
                        deep_watch(deep, figures), level=3))

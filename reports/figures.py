@@ -180,6 +180,23 @@ def benchmark(r):
     return fig
 
 
+def step_profile(r):
+    """The sticky step per component (ms, marked steps), its achieved GFLOP/s against the matrix-product ceilings."""
+    p = r.get("experiments", {}).get("step_roofline")
+    if not p or not p.get("components_s"):
+        return None
+    names = list(p["components_s"])
+    fig, (left, right) = plt.subplots(1, 2, figsize=(7.2, 2.8), gridspec_kw={"width_ratios": [2, 1]})
+    left.barh(names[::-1], [p["components_s"][n] * 1e3 for n in names[::-1]], color="#1f77b4")
+    left.set(xlabel="ms per step", title=f"Sticky step, {p['runs']} runs, T = {p['length']}, {p['threads']} threads")
+    left.tick_params(axis="y", labelsize=7)
+    bars = {"step": p["gflops"], **{f"ceiling: {k.replace('_', ' ')}": c["gflops"] for k, c in p["ceiling"].items()}}
+    right.bar(list(bars), list(bars.values()), color=["#d62728", "#7f7f7f", "#7f7f7f"][:len(bars)])
+    right.set(ylabel="GFLOP/s (float32)", title="Roofline point")
+    right.tick_params(axis="x", labelsize=6, rotation=20)
+    return fig
+
+
 STRUCTURE_COLORS = {True: "#2ca02c", False: "#ff7f0e", None: "#7f7f7f"}  # keys compete (proved) / not / undecided
 
 
@@ -340,7 +357,7 @@ def _deep(name):
 FIGURES = {"loss_curves": loss_curves, "steps_to_threshold": steps_to_threshold, "entropy_floor": entropy_floor,
            "frame_precision": frame_precision, "lr_sweep": lr_sweep, "manifold": manifold,
            "simulations": simulations, "typicality": typicality, "scaling": scaling, "benchmark": benchmark,
-           "mechanism_grid": mechanism_grid,
+           "step_profile": step_profile, "mechanism_grid": mechanism_grid,
            **{f"conjecture_{task}": _conjecture(task) for task in CONJECTURE_TASKS},
            **{name: _deep(name) for name in DEEP_FIGURES}}
 

@@ -581,6 +581,25 @@ class ExperimentStage:
             "reference_s": res["sequential_full_run_s"], "ratio": res["ours_full_run_s"] / res["sequential_full_run_s"]})
         self._check("experiments/speed-vs-sequential", "E1", res["max_abs_loss_difference"] <= 1e-4,
                     time.perf_counter() - t0, res, {"same_numbers_float32": 1e-4, "goal_speedup": 4.0})
+        if self.device == "cpu":  # where the step's time goes, against the machine's matrix-product rate
+            from numeric.experiments import roofline
+
+            t0 = time.perf_counter()
+            point = roofline.roofline(cfg, min(steps, 10))
+            self.data["step_roofline"] = point
+            self.results.benchmarks.append({
+                "name": "experiments/sticky-step-roofline", "device": "cpu", "dtype": cfg.dtype,
+                "shape": {"length": cfg.length, "runs": point["runs"]}, "threads": point["threads"],
+                "ours_s": point["step_s"], "gflops": point["gflops"],
+                "reference": "the step's FLOPs at the float32 product rate of its largest shape (same threads)",
+                "reference_gflops": point["ceiling"]["step_shape"]["gflops"],
+                "reference_s": point["flops"] / (point["ceiling"]["step_shape"]["gflops"] * 1e9),
+                "ratio": 1.0 / point["fraction_of_step_shape_ceiling"]})
+            self._check("experiments/step-roofline", "E1", math.isfinite(point["gflops"]) and point["gflops"] > 0,
+                        time.perf_counter() - t0, {k: point[k] for k in ("step_s", "gflops", "thread_idle_share",
+                                                                          "fraction_of_step_shape_ceiling",
+                                                                          "fraction_of_square_ceiling")},
+                        {"measured": True}, detail="the sticky step per component, its FLOPs and the ceiling")
 
     # -- E5-E7 ----------------------------------------------------------------------------------------
     def simulations(self):
@@ -733,7 +752,8 @@ class ExperimentStage:
                                "reason": r.reason} for cid, (kind, r) in controls.items()},
             "campaign": {"workers": outcome.workers, "computed": outcome.computed, "cached": outcome.cached,
                          "failed": outcome.failed, "seconds": outcome.seconds, "wall_s": wall},
-            "step_seconds": {k: v["median_s"] for k, v in times.items()}, "step_reference": mechanisms.PAPER})
+            "step_seconds": {k: v["median_s"] for k, v in times.items()}, "step_reference": mechanisms.PAPER,
+            "roofline": _roofline_points(cfg, times)})
         ok = [m for m in cfg.mechanisms if merged.get(m) is not None and merged[m]["finite"]
               and abs(float(np.mean([row[0] for row in merged[m]["losses"][0]])) - math.log(cfg.base.symbols)) < 0.1]
         self._check("experiments/mechanisms/valid", "G1", len(ok) == len(cfg.mechanisms) and not outcome.failed, wall,
@@ -761,6 +781,20 @@ class ExperimentStage:
                 "shape": {"length": T, "arms": len(cfg.arms), "seeds": 1, "blocks": cfg.blocks}, "threads": 1,
                 "ours_s": t["median_s"], "rounds_s": t["rounds_s"], "reference": ref, "reference_s": ref_s,
                 "ratio": t["median_s"] / ref_s})
+
+
+def _roofline_points(cfg, times):
+    """Every grid mechanism's training step as a roofline point against the square product's rate on one thread (the
+    threads the steps were timed on)."""
+    from numeric.experiments import roofline
+
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)
+    try:
+        square = roofline.square_rate()
+        return {"threads": 1, "square_gflops": square, "mechanisms": roofline.mechanism_points(cfg, times, square)}
+    finally:
+        torch.set_num_threads(threads)
 
 
 def _parameter_count(cfg, mechanism):

@@ -221,14 +221,18 @@ def forward(params, data, scale, blocks):
     return q, k, v, torch.cat([_block_attention(q, k, v, lo, hi, upper, scale)[1] for lo, hi, upper in blocks], -2)
 
 
-def gradients(params, data, scale, blocks, mstep, work=None):
+def gradients(params, data, scale, blocks, mstep, work=None, mark=None):
     """Loss (A, S) and dL/dW for every run, from the generated closed forms (C5, C1–C4, C2, C8).
 
     The readout is per position (u_i depends on o_i only), so each query block runs forward, readout
     and backward in turn while its alpha tile is still in cache; the generated readout averages over
-    the rows it is given, so its per-block outputs are rescaled from 1/(hi - lo) to 1/T."""
+    the rows it is given, so its per-block outputs are rescaled from 1/(hi - lo) to 1/T.
+    `mark(component)`, when given, is called after each component's work (numeric.experiments.roofline's
+    profile: the time since the previous mark is that component's)."""
+    mark = mark or _no_mark
     x = data.x
     q, k, v = (x @ w for w in params[:3])  # (A, S, T, d)
+    mark("projections")
     T = x.shape[-2]
     # dK, dV accumulate over blocks transposed, (.., d, T): the generated kernels return them as
     # transposed views of contiguous products, so each block adds contiguous rows
@@ -236,11 +240,14 @@ def gradients(params, data, scale, blocks, mstep, work=None):
     loss, dW_O = 0.0, 0.0
     any_mstep = mstep is not None  # a per-run constant (learning_rates): no host sync in the step
     resp = torch.zeros(v.shape[:-1], dtype=v.dtype, device=v.device) if any_mstep else None  # N_j = sum_i alpha_ij
+    mark("allocation")
     for lo, hi, upper in blocks:
         alpha, o = _block_attention(q, k, v, lo, hi, upper, scale, work)
+        mark("attention forward")
         _, u, dw_o, block_loss = gen.readout_backward(o, params[3], data.onehot[..., lo:hi, :])
         share = (hi - lo) / T
         u, loss, dW_O = u.mul_(share), loss + share * block_loss, dW_O + share * dw_o
+        mark("readout")
         dq, dk, dv = gen.attention_grads_from_forward(q[..., lo:hi, :], k[..., :hi, :], v[..., :hi, :], alpha, o, u,
                                                       scale)
         dQ[..., lo:hi, :] = dq
@@ -248,12 +255,18 @@ def gradients(params, data, scale, blocks, mstep, work=None):
         dVT[..., :hi] += dv.mT
         if any_mstep:
             resp[..., :hi] += alpha.sum(-2)
+        mark("attention backward")
     dK, dV = dKT.mT, dVT.mT
     if any_mstep:  # C10: responsibility-normalised value step for the M-step arm
         norm = torch.where(mstep.view(-1, 1, 1), resp.clamp_min(1e-12), torch.ones_like(resp))
         dV = dV / norm[..., None]
     dW_Q, dW_K, dW_V = gen.params_backward(x, dQ, dK, dV)
+    mark("parameter gradients")
     return loss, [dW_Q, dW_K, dW_V, dW_O]
+
+
+def _no_mark(component):
+    pass
 
 
 def probabilities(params, data, scale, blocks):

@@ -1,0 +1,217 @@
+"""Where a training step's time goes, and how close it runs to the machine.
+
+`profile(cfg)` times the sticky-chain step (sticky.gradients and the parameter update, every arm and seed at once)
+per component — the projections q, k, v; the per-step allocations; the attention forward, the readout and the
+attention backward of every query block; the parameter gradients; the optimizer's update; and what is left
+(Python between the components) — from marks in sticky.gradients, and the threads' idle share from the process's
+CPU time against the wall time. Beside it the step's FLOPs: `step_flops` counts them from the shapes (every matrix
+product, at the padded widths the step runs and at the model's own), and a test checks the count against torch's
+FLOP counter.
+
+`ceiling(...)` measures the float32 matrix-product rate of this machine on the same threads, at the step's own
+largest product (the scores of the last query block, batched over the runs) and at a large square product; the
+step's achieved GFLOP/s over it is its roofline point. `mechanism_points` gives the same point for every
+mechanism's training step of the grid (mechanism_grid.step_times), its FLOPs from torch's counter.
+
+    python -m numeric.experiments.roofline [--quick] [--steps N] [--threads N]   # the paper's 5 seeds x 2 arms
+"""
+from __future__ import annotations
+
+import math
+import sys
+import time
+
+import torch
+
+from numeric.experiments import sticky
+
+COMPONENTS = ("projections", "allocation", "attention forward", "readout", "attention backward",
+              "parameter gradients", "optimizer", "other")
+SQUARE = 1024  # the large square product's size
+
+
+def _gflops(flops, seconds):
+    return flops / seconds / 1e9 if seconds > 0 else float("nan")
+
+
+def _rate(fn, flops, min_seconds):
+    """GFLOP/s of fn() (flops per call): calls repeated until min_seconds have passed, after one warm-up call; the
+    best of three such rounds."""
+    fn()
+    best = float("inf")
+    for _ in range(3):
+        n, t0 = 0, time.perf_counter()
+        while True:
+            fn()
+            n += 1
+            elapsed = time.perf_counter() - t0
+            if elapsed >= min_seconds / 3:
+                break
+        best = min(best, elapsed / n)
+    return _gflops(flops, best)
+
+
+def square_rate(min_seconds=0.6, square=SQUARE, dtype=torch.float32):
+    """GFLOP/s of a square (square^3) float32 matrix product on the current threads."""
+    g = torch.Generator().manual_seed(0)
+    a, b = (torch.randn(square, square, generator=g, dtype=dtype) for _ in range(2))
+    out = torch.empty(square, square, dtype=dtype)
+    return _rate(lambda: torch.matmul(a, b, out=out), 2 * square ** 3, min_seconds)
+
+
+def ceiling(runs, rows, keys, width, min_seconds=0.6, square=SQUARE, dtype=torch.float32):
+    """{shape name: {"shape", "gflops"}} of float32 matrix products on the current threads: the step's largest
+    product ((runs, rows, width) @ (runs, width, keys), the last query block's scores), and a square product."""
+    g = torch.Generator().manual_seed(0)
+    a = torch.randn(runs, rows, width, generator=g, dtype=dtype)
+    b = torch.randn(runs, width, keys, generator=g, dtype=dtype)
+    out = torch.empty(runs, rows, keys, dtype=dtype)
+    return {"step_shape": {"shape": [runs, rows, width, keys],
+                           "gflops": _rate(lambda: torch.matmul(a, b, out=out), 2 * runs * rows * width * keys,
+                                           min_seconds)},
+            "square": {"shape": [square, square, square], "gflops": square_rate(min_seconds, square, dtype)}}
+
+
+def step_flops(cfg, padded=True):
+    """FLOPs of one sticky.gradients step (every matrix product, 2 per multiply-add), all runs: at the padded widths
+    the step runs (`padded`) or at the model's own d_k, d_v."""
+    R = len(cfg.arms) * len(cfg.seeds)
+    dk, dv = (sticky.lane_width(cfg.d_k), sticky.lane_width(cfg.d_v)) if padded else (cfg.d_k, cfg.d_v)
+    T, m, d = _positions(cfg), cfg.symbols, cfg.d_in
+    total = 2 * 2 * T * d * (2 * dk + dv)  # the projections q, k, v and the parameter gradients
+    for lo, hi, _ in sticky._blocks(T, cfg.blocks):
+        r = hi - lo
+        total += 2 * r * hi * 3 * (dk + dv)  # scores, alpha V; B = u V^T, dQ = dS K, dK = dS^T Q, dV = alpha^T u
+        total += 3 * 2 * r * dv * m  # the readout: z = o W_O, u = (p - y) W_O^T / n, dW_O = o^T (p - y) / n
+    return R * total
+
+
+def _positions(cfg):
+    """The positions a sticky sequence of cfg.length symbols trains on (one input per predicted next symbol)."""
+    return cfg.length - 1
+
+
+def _setup(cfg, device="cpu"):
+    data = sticky.make_data(cfg, device)
+    params = sticky.padded(sticky.init_params(cfg, device), cfg)
+    lrs, mstep = sticky.learning_rates(cfg, device)
+    T = data.x.shape[-2]
+    blocks = sticky._blocks(T, cfg.blocks, device)
+    return data, params, lrs, mstep, 1.0 / math.sqrt(cfg.d_k), blocks, sticky.workspace(cfg, blocks, device)
+
+
+def _step(data, params, lrs, mstep, scale, blocks, work, mark=None):
+    _, grads = sticky.gradients(params, data, scale, blocks, mstep, work, mark)
+    for p, g, lr in zip(params, grads, lrs):
+        p.sub_(lr * g)
+    if mark:
+        mark("optimizer")
+
+
+def profile(cfg, steps=10, device="cpu"):
+    """Seconds per step of the sticky step (cfg's arms and seeds at once), in total (unmarked steps) and per
+    component (marked steps; `other` is the marked step's time outside every mark), the threads' idle share, the
+    FLOPs and the achieved GFLOP/s."""
+    cfg.validate()
+    state = _setup(cfg, device)
+    _step(*state)  # warm-up
+    threads = torch.get_num_threads()
+    t0, c0 = time.perf_counter(), time.process_time()
+    for _ in range(steps):
+        _step(*state)
+    wall, cpu = time.perf_counter() - t0, time.process_time() - c0
+    per = dict.fromkeys(COMPONENTS, 0.0)
+    last = [0.0]
+
+    def mark(component):
+        now = time.perf_counter()
+        per[component] += now - last[0]
+        last[0] = now
+
+    marked0 = time.perf_counter()
+    for _ in range(steps):
+        last[0] = time.perf_counter()
+        _step(*state, mark=mark)
+    marked = time.perf_counter() - marked0
+    per["other"] = max(0.0, marked - sum(per.values()))
+    step_s = wall / steps
+    flops, useful = step_flops(cfg), step_flops(cfg, padded=False)
+    return {"steps": steps, "threads": threads, "runs": len(cfg.arms) * len(cfg.seeds), "length": cfg.length,
+            "step_s": step_s, "marked_step_s": marked / steps,
+            "components_s": {k: v / steps for k, v in per.items()},
+            "thread_idle_share": max(0.0, 1.0 - cpu / (wall * threads)),
+            "flops": flops, "useful_flops": useful, "gflops": _gflops(flops, step_s),
+            "useful_gflops": _gflops(useful, step_s)}
+
+
+def roofline(cfg, steps=10, device="cpu", min_seconds=0.6):
+    """profile(cfg) and the ceiling at its largest product, with the step's fraction of each ceiling."""
+    prof = profile(cfg, steps, device)
+    lo, hi, _ = sticky._blocks(_positions(cfg), cfg.blocks)[-1]
+    ceil = ceiling(prof["runs"], hi - lo, hi, sticky.lane_width(cfg.d_k), min_seconds)
+    return {**prof, "ceiling": ceil,
+            "fraction_of_step_shape_ceiling": prof["gflops"] / ceil["step_shape"]["gflops"],
+            "fraction_of_square_ceiling": prof["gflops"] / ceil["square"]["gflops"]}
+
+
+def counted_flops(fn):
+    """FLOPs torch's FLOP counter sees in fn() (matrix products)."""
+    from torch.utils.flop_counter import FlopCounterMode
+
+    with FlopCounterMode(display=False) as counter:
+        fn()
+    return counter.get_total_flops()
+
+
+def mechanism_points(cfg, times, ceiling_gflops):
+    """{mechanism: {"flops", "step_s", "gflops", "fraction_of_square_ceiling"}} for the grid's training steps
+    (mechanism_grid.step_times: 3 arms x 1 seed at the grid's T and blocks, one thread), FLOPs counted by torch on
+    one step of the same sizes."""
+    from numeric.experiments import mechanism_grid as mg
+    from numeric.experiments import mechanism_layers as ml
+
+    scfg = cfg.sticky(cfg.seeds[:1])
+    data = sticky.make_data(scfg, "cpu")
+    blocks = ml.query_blocks(data.x.shape[-2], cfg.blocks)
+    out = {}
+    for m, t in times.items():
+        if "/" in m:  # a cell's scan form: timed beside, not a point of its own
+            continue
+        params = ml.init_params(scfg, m, scfg.seeds, len(cfg.arms), scfg.torch_dtype)
+        lrs = mg.learning_rates(m, cfg.arms, params)
+        flops = counted_flops(lambda: mg._steps(m, "quadratic", params, lrs, data, blocks, 1))
+        gf = _gflops(flops, t["median_s"])
+        out[m] = {"flops": int(flops), "step_s": t["median_s"], "gflops": gf,
+                  "fraction_of_square_ceiling": gf / ceiling_gflops}
+    return out
+
+
+def main(argv=None):
+    import argparse
+
+    parser = argparse.ArgumentParser(prog="python -m numeric.experiments.roofline", description=__doc__,
+                                     formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--quick", action="store_true",
+                        help="T = 200 instead of the paper's 2000 (default: the paper's experiment, its five seeds x "
+                             "the two arms at once)")
+    parser.add_argument("--steps", type=int, default=10, help="steps timed (default 10)")
+    parser.add_argument("--threads", type=int, default=None, help="torch threads (default: torch's)")
+    args = parser.parse_args(argv)
+    if args.steps < 1 or (args.threads is not None and args.threads < 1):
+        parser.error("--steps and --threads must be positive integers")
+    if args.threads:
+        torch.set_num_threads(args.threads)
+    cfg = sticky.StickyConfig(arms=("sgd", "em_like"), length=200 if args.quick else sticky.StickyConfig.length)
+    r = roofline(cfg, args.steps)
+    print(f"sticky step: {r['runs']} runs, T = {r['length']}, {r['threads']} threads: {r['step_s'] * 1e3:.1f} ms, "
+          f"{r['flops'] / 1e9:.2f} GFLOP ({r['useful_flops'] / 1e9:.2f} at the model's widths), "
+          f"{r['gflops']:.1f} GFLOP/s; threads idle {r['thread_idle_share']:.0%}")
+    for k, v in r["components_s"].items():
+        print(f"  {k:20} {v * 1e3:8.2f} ms  {v / r['marked_step_s']:6.1%}")
+    for k, c in r["ceiling"].items():
+        print(f"ceiling {k:11} {c['shape']}: {c['gflops']:.1f} GFLOP/s; the step at {r['gflops'] / c['gflops']:.0%}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
