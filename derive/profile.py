@@ -248,6 +248,15 @@ class ExperimentSizes:
     # The conjecture's training dtype (the campaign scores every trained model in float64 whatever it is): float32
     # trains 1.4-2.4x faster on these sizes than float64.
     conjecture_dtype: str = "float32"
+    # The value manifold in a GPT-2-style model (claim V1, numeric.experiments.gpt_tunnel): `manifold_steps` AdamW
+    # steps of `manifold_batch` wind-tunnel sequences of `manifold_length` symbols, width `manifold_d_model` (4 heads,
+    # 2 blocks), measured on `manifold_eval_batch` held-out sequences with `manifold_resamples` bootstrap replicates.
+    manifold_steps: int = 3000
+    manifold_batch: int = 32
+    manifold_length: int = 48
+    manifold_d_model: int = 64
+    manifold_eval_batch: int = 256
+    manifold_resamples: int = 200
 
     def __post_init__(self):
         _check_ints(self, "length", "steps", "blocks", "checkpoints", "tracked_rows", "replay_steps", "exact_steps",
@@ -255,7 +264,13 @@ class ExperimentSizes:
                     "dynamics_train_steps", "tunnel_steps", "tunnel_batch", "tunnel_eval_batch", "tunnel_length",
                     "deep_steps", "deep_batch", "deep_every", "deep_d_model", "deep_ff", "deep_probe_batch",
                     "deep_eval_batch", "mechanism_tunnel_steps", "mechanism_tunnel_batch", "conjecture_steps",
-                    "conjecture_batch", "conjecture_eval_batch", "conjecture_transitions_length")
+                    "conjecture_batch", "conjecture_eval_batch", "conjecture_transitions_length", "manifold_steps",
+                    "manifold_batch", "manifold_d_model", "manifold_resamples")
+        _check_ints(self, "manifold_length", minimum=3)
+        _check_ints(self, "manifold_eval_batch", minimum=2)
+        if self.manifold_d_model % 4:
+            raise ValueError(f"ExperimentSizes.manifold_d_model must be a multiple of the 4 heads, got "
+                             f"{self.manifold_d_model}")
         _check_ints(self, "deep_length", minimum=3)
         _check_seeds(self, "deep_seeds")
         if len(self.deep_seeds) < 2:
@@ -392,7 +407,9 @@ QUICK = Profile(
                                                                blocks=2),
                     mechanism_bench_steps=1,
                     conjecture_seeds=(0, 1), conjecture_steps=20, conjecture_batch=4, conjecture_eval_batch=32,
-                    conjecture_lrs=(3e-3, 1e-2), conjecture_transitions_length=16),
+                    conjecture_lrs=(3e-3, 1e-2), conjecture_transitions_length=16,
+                    manifold_steps=40, manifold_batch=8, manifold_length=16, manifold_d_model=32,
+                    manifold_eval_batch=32, manifold_resamples=50),
 )
 
 DEFAULT = Profile(

@@ -500,6 +500,13 @@ def experiments_section(results, figures):
     deep, grid = v.deep_view(ex, claims), v.grid_view(ex, claims)
     out.append(Section("deep-watch", "W1: frame and precision in a deep model, watched while it trains",
                        deep_watch(deep, figures), level=3))
+    vm = v.manifold_view(ex, claims)
+    out.append(Section("value-manifold", "V1: the value manifold in every layer of a GPT-2-style model",
+                       measured_claim(vm, next((c for c in claims if c.get("id") == "V1"), {}), figures) if vm
+                       else [Paragraph("V1 (the value manifold of a GPT-2-style model): results.json has no "
+                                       "experiments.value_manifold (the experiments stage writes it).",
+                                       id="value-manifold-absent")],
+                       level=3))
     out.append(Section("mechanism-grid", "G1, G2: does the two-timescale benefit follow the proved structure?",
                        mechanism_grid(grid, figures), level=3))
     by_id = {c["id"]: c for c in claims}

@@ -347,6 +347,47 @@ def deep_view(experiments, claims):
             "rows": rows, "figures": list(DEEP_FIGURES)}
 
 
+MANIFOLD_REFERENCES = (("rule", "model's entropy"), ("rule_bayes", "Bayes entropy"))
+
+
+def manifold_view(experiments, claims):
+    """V1's section as a measured claim's entry (reports.build.measured_claim): a sentence on the run, the verdict
+    against the model's entropy with its reason, one table row per layer, kind and entropy."""
+    vm = experiments.get("value_manifold")
+    if not vm or not isinstance(vm.get("rule"), dict):
+        return None
+    v1 = next((c for c in claims if c.get("id") == "V1"), {})
+    cfg = vm.get("config") or {}
+    rows = []
+    for key, label in MANIFOLD_REFERENCES:
+        for name, u in ((vm.get(key) or {}).get("measured", {}).get("units") or {}).items():
+            share, rho = u.get("pc1_share_ci95"), u.get("spearman_ci95")
+            rows.append([name, label, _num(u.get("pc1_share"), 3), _interval(share, 3), _num(u.get("spearman"), 3),
+                         _interval(rho, 3), u.get("verdict", DASH)])
+    seconds = vm.get("train_seconds")
+    section = (f"A {cfg.get('layers', DASH)}-block GPT-2-style model (d_model {cfg.get('d_model', DASH)}, "
+               f"{cfg.get('heads', DASH)} heads, pre-LN, scaled_dot_product_attention, tied readout; "
+               f"{vm.get('parameters', DASH)} parameters) trained {cfg.get('steps', DASH)} AdamW steps of "
+               f"{cfg.get('batch', DASH)} wind-tunnel sequences of length {cfg.get('length', DASH)} (E5's task)"
+               + (f" in {seconds:.1f} s" if isinstance(seconds, (int, float)) else "")
+               + f"; final loss {_num(vm.get('final_loss'), 4)} nats, KL to Bayes {_num(vm.get('kl_bits'), 4)} bits, "
+               f"entropy error {_num(vm.get('entropy_mae_bits'), 3)} bits, Spearman of its entropy with Bayes's "
+               f"{_num(vm.get('spearman_model_bayes_entropy'), 3)}, on {cfg.get('eval_batch', DASH)} held-out "
+               f"sequences. Per layer the value vectors and the attention outputs (heads concatenated, before the "
+               f"output projection) are captured in one forward pass (numeric.manifold.capture) and measured against "
+               f"the model's predictive entropy (the claim's verdict) and the exact Bayes entropy (beside it): PC1's "
+               f"share of the variance and Spearman of the PC1 coordinate, 95% intervals over "
+               f"{cfg.get('resamples', DASH)} bootstrap resamples of the sequences. Against the Bayes entropy: "
+               f"{vm['rule_bayes'].get('verdict', DASH)}.")
+    return {"verdict": v1.get("verdict", vm["rule"].get("verdict", "not-run")),
+            "reason": vm["rule"].get("reason", ""), "section": section, "measured": {},
+            "tables": [{"caption": f"PC1 share and Spearman per layer (reproduced: both interval lower ends at or "
+                                   f"above the thresholds, PC1 {_pct_plain(vm['rule']['measured'].get('share_at_least'))}, "
+                                   f"|rho| {vm['rule']['measured'].get('abs_spearman_at_least', DASH)})",
+                        "header": ["layer (kind)", "entropy", "PC1 share", "95% interval", "Spearman",
+                                   "95% interval", "verdict"], "rows": rows}]}
+
+
 def _interval(values, digits):
     return f"{values[0]:.{digits}f}{DASH}{values[1]:.{digits}f}" if isinstance(values, list) and len(values) == 2 else DASH
 

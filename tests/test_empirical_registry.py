@@ -13,7 +13,7 @@ def rule(cid, label, v, reason="why", on="", **extra):
 
 
 def test_registry_holds_every_empirical_claim_once_with_its_rule_and_thresholds():
-    assert registry.IDS == (*(f"E{i}" for i in range(1, 8)), "W1", "G1", "G2", "G3")  # G3: rules/g3.py's CLAIM
+    assert registry.IDS == (*(f"E{i}" for i in range(1, 8)), "W1", "G1", "G2", "V1", "G3")  # G3: rules/g3.py's CLAIM
     for c in registry.claims():
         assert c.ref.startswith("arXiv 2512.22473" if c.id.startswith("E") else "ours: ") and c.statement and c.reads
         own = getattr(rules, c.id.lower())  # the rule, or (a claim that is one module: CLAIM) its module

@@ -1,4 +1,4 @@
-"""The empirical claims E1–E7 (and W1, G1: ours), registered as the analytic C1–C10 are (derive.claims).
+"""The empirical claims E1–E7 (and W1, G1, G2, V1: ours), registered as the analytic C1–C10 are (derive.claims).
 
 Each entry holds the paper's facts once (name, statement, where the paper says it, its figure), the
 measured quantities its rule reads, the rule (numeric.experiments.rules) and the rule's thresholds by
@@ -12,6 +12,7 @@ import pkgutil
 
 from numeric.experiments import rules
 from numeric.experiments.rules.base import EmpiricalClaim
+from numeric.experiments.rules.v1 import headline as _v1_headline
 
 PAPER = "arXiv 2512.22473"
 PAPER_I = "arXiv 2512.22471"
@@ -161,6 +162,21 @@ register(EmpiricalClaim(
     headline=lambda m: f"KL ratio others/competing {m['ratio']:.2f}x (CI {_ci(m['ratio_ci95'])}, "
                        f"perm. p {m['permutation_p']:.2f})"))
 
+
+# -- ours: E5's measurement as a diagnostic of any model's layers ---------------------------------------------
+register(EmpiricalClaim(
+    "V1", "value-manifold-any-model",
+    "in at least one attention layer of a trained model, the value vectors or the attention outputs lie along a "
+    "dominant direction whose coordinate tracks the model's predictive entropy (E5 asked of every layer of a deep "
+    "model; the Bayes entropy judged beside it)",
+    "ours: numeric.manifold on a 2-block GPT-2-style model trained in E5's wind tunnel "
+    "(numeric.experiments.gpt_tunnel)", {},
+    ("per attention layer, the value vectors and the attention outputs on held-out sequences",
+     "PC1's share of their variance and Spearman rho of the PC1 coordinate with the model's predictive entropy "
+     "and with the exact Bayes entropy",
+     "bootstrap intervals over the held-out sequences"),
+    rules.v1, {"V1_SHARE": rules.V1_SHARE, "V1_RHO": rules.V1_RHO},
+    headline=_v1_headline))
 
 
 def discover(package=rules):

@@ -17,7 +17,7 @@ from derive import mechanisms
 from derive import profile as profiles
 from derive.results import Check, default_threads
 from numeric import campaign
-from numeric.experiments import chain, deep_watch, dynamics, replay, rules, speed, sticky, typicality, windtunnel
+from numeric.experiments import chain, deep_watch, dynamics, gpt_tunnel, replay, rules, speed, sticky, typicality, windtunnel
 from numeric.experiments import stats as st
 from numeric.experiments.cache import Cache
 from numeric.experiments.frame import combine as combine_frames
@@ -53,7 +53,8 @@ def configs(sizes, extended=False):
             "speed": dataclasses.replace(first, seeds=x.speed_seeds), "speed_steps": x.speed_steps,
             "dynamics": dynamics.DynamicsConfig(instances=x.dynamics_instances, train_steps=x.dynamics_train_steps),
             "tunnel": windtunnel.from_sizes(x),
-            "deep": deep_watch.DeepConfig.from_sizes(x)}
+            "deep": deep_watch.DeepConfig.from_sizes(x),
+            "manifold": gpt_tunnel.ManifoldConfig.from_sizes(x)}
 
 
 class ExperimentStage:
@@ -67,7 +68,7 @@ class ExperimentStage:
         self.sizes = self.profile.experiments
         self.extended, self.threads = extended, threads
         self.cfgs = configs(self.sizes, extended)
-        for key in ("replay", "sweep", "exact", "speed", "dynamics", "tunnel", "deep"):
+        for key in ("replay", "sweep", "exact", "speed", "dynamics", "tunnel", "deep", "manifold"):
             self.cfgs[key].validate()
         for cfg in (*self.cfgs["fresh"], *self.cfgs["typicality"].values()):
             cfg.validate()
@@ -115,6 +116,7 @@ class ExperimentStage:
         self.simulations()
         self.tunnel()
         self.deep_model()
+        self.value_manifold()
         self.mechanisms()
         self.conjecture()
         self.measured_claims()
@@ -708,6 +710,40 @@ class ExperimentStage:
         self._rule_check("W1", "rule", rule.verdict, rule.reason, rule.measured,
                          on=f"Deep model ({len(cfg.seeds)} seeds x {len(opts)} optimizers)", seeds=len(cfg.seeds))
 
+
+    # -- V1 (ours): the value manifold of a GPT-2-style model ----------------------------------------------------------
+    def value_manifold(self):
+        """A small GPT-2-style model trained in E5's wind tunnel (numeric.experiments.gpt_tunnel, one torch thread,
+        cached), the manifold diagnostic (numeric.manifold) on every layer's value vectors and attention outputs on
+        held-out sequences, and the V1 rule against the model's predictive entropy (the claim's verdict) and against
+        the exact Bayes entropy, with its controls: results.json experiments.value_manifold."""
+        cfg = self.cfgs["manifold"]
+        t0 = time.perf_counter()
+        out = _plain(self.cache.get_or_run(f"value-manifold-{gpt_tunnel.EVALUATION}", cfg, self.device,
+                                           lambda: gpt_tunnel.run(cfg, self.device), self.log))
+        by_model = REGISTRY["V1"].rule(out["model"], reference="model")
+        by_bayes = REGISTRY["V1"].rule(out["bayes"], reference="bayes")
+        controls = rules.v1_controls({"units": out["model"], "shuffled": out["shuffled"], "seed": self.seed})
+        self.data["value_manifold"] = _plain({
+            **out, "sites": cfg.sites(),
+            "rule": {"verdict": by_model.verdict, "reason": by_model.reason, "measured": by_model.measured},
+            "rule_bayes": {"verdict": by_bayes.verdict, "reason": by_bayes.reason, "measured": by_bayes.measured},
+            "controls": {cid: {"kind": kind, "construction": rules.V1_CONSTRUCTIONS[cid], "verdict": r.verdict,
+                               "reason": r.reason} for cid, (kind, r) in controls.items()},
+            "seconds": time.perf_counter() - t0})
+        found = sorted(out["layers"])
+        finite = math.isfinite(out["kl_bits"]) and math.isfinite(out["final_loss"])
+        on = (f"{cfg.layers} blocks x {cfg.heads} heads, d_model {cfg.d_model}, {cfg.steps} AdamW steps of {cfg.batch} "
+              f"sequences (length {cfg.length}), {cfg.eval_batch} held-out sequences, {cfg.resamples} resamples")
+        self._check("experiments/value-manifold", "V1", finite and found == sorted(cfg.sites()), time.perf_counter() - t0,
+                    {"layers_captured": found, "final_loss": out["final_loss"], "kl_bits": out["kl_bits"],
+                     "entropy_mae_bits": out["entropy_mae_bits"], "train_seconds": out["train_seconds"]},
+                    {"layers": cfg.sites(), "finite": True}, detail=on)
+        self._rule_check("V1", "model-entropy", by_model.verdict, by_model.reason, by_model.measured,
+                         on=f"against the model's predictive entropy ({on})")
+        self._rule_check("V1", "bayes-entropy", by_bayes.verdict, by_bayes.reason, by_bayes.measured,
+                         on="the same vectors against the exact Bayes entropy")
+        _record_controls(self, "V1", controls, rules.V1_CONSTRUCTIONS)
 
     # -- G1 (ours): every routing mechanism under both schedules -------------------------------------------------
     def mechanisms(self):

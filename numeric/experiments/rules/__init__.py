@@ -20,7 +20,7 @@ run's own numbers (E1, E2, E3, E7), measured on a constructed run (E4, W1: routi
 while the values keep learning; E6: the score step under which the claimed sign is exact to first order), or
 synthetic (E5). A rule that never says `reproduced` cannot tell the claim from its absence either.
 
-One module per claim family (e1 ... e7, w1, g1, g2), each holding its rule, its named thresholds and its
+One module per claim family (e1 ... e7, w1, g1, g2, v1), each holding its rule, its named thresholds and its
 negative and positive controls side by side; `base` the Rule every rule returns, `synthetic` the inputs on which
 every rule says reproduced. This package joins them: every name of every module is importable from here
 (`rules.e1`, `rules.E1_RESAMPLES`, `rules.negative_controls`, ...).
@@ -35,7 +35,7 @@ from numeric.experiments.rules import e5 as _e5
 from numeric.experiments.rules import e6 as _e6
 from numeric.experiments.rules import e7 as _e7
 from numeric.experiments.rules import w1 as _w1
-from numeric.experiments.rules.base import VERDICTS, Rule, _ci, _f, _seed, _tol  # noqa: F401
+from numeric.experiments.rules.base import UNDECIDED, VERDICTS, Rule, _ci, _f, _seed, _tol  # noqa: F401
 from numeric.experiments.rules.e1 import *  # noqa: F401,F403
 from numeric.experiments.rules.e1 import E1_CONTROL_MARGIN, paper_speed_curves, printed_decimals  # noqa: F401
 from numeric.experiments.rules.e2 import *  # noqa: F401,F403
@@ -51,6 +51,7 @@ from numeric.experiments.rules.e7 import _aligned, _frozen, _swapped  # noqa: F4
 from numeric.experiments.rules.g1 import *  # noqa: F401,F403
 from numeric.experiments.rules.g2 import *  # noqa: F401,F403
 from numeric.experiments.rules.synthetic import _paired_curves, synthetic_measurements  # noqa: F401
+from numeric.experiments.rules.v1 import *  # noqa: F401,F403
 from numeric.experiments.rules.w1 import *  # noqa: F401,F403
 from numeric.experiments.rules.w1 import _held  # noqa: F401
 

@@ -7,6 +7,8 @@ from dataclasses import dataclass, field
 from typing import Callable
 
 VERDICTS = ("reproduced", "partly-reproduced", "not-reproduced")
+# A rule may also say it cannot decide: its inputs are missing or not finite (V1 does; E1-G3 never do).
+UNDECIDED = "undecided"
 
 
 @dataclass(frozen=True)
@@ -16,8 +18,8 @@ class Rule:
     measured: dict = field(default_factory=dict)
 
     def __post_init__(self):
-        if self.verdict not in VERDICTS:
-            raise ValueError(f"Rule.verdict must be one of {VERDICTS}, got {self.verdict!r}")
+        if self.verdict not in VERDICTS and self.verdict != UNDECIDED:
+            raise ValueError(f"Rule.verdict must be one of {VERDICTS} or {UNDECIDED!r}, got {self.verdict!r}")
 
 
 def _f(x):
