@@ -188,7 +188,9 @@ def test_a_rate_sweep_is_one_batch_of_runs_and_each_arms_rate_is_chosen_on_valid
     alone = mt.train_task(dataclasses.replace(swept, lrs=(3e-2,)), "softmax", (0, 1))
     assert np.allclose(out["kl_bits"][1], alone["kl_bits"][0], rtol=1e-10)
     assert np.allclose(out["kl_bits"][3], alone["kl_bits"][1], rtol=1e-10)
-    assert "validation_kl_bits" in out and "validation_kl_bits" not in alone
+    assert "validation_kl_bits" in out and "validation_kl_bits" in alone  # rates given: scored on validation too
+    assert np.allclose(out["validation_kl_bits"][1], alone["validation_kl_bits"][0], rtol=1e-10)
+    assert "validation_kl_bits" not in mt.train_task(dataclasses.replace(swept, lrs=()), "softmax", (0, 1))
     assert not np.allclose(out["validation_kl_bits"], out["kl_bits"])  # other sequences
     s = mt.summarise([out])
     for a, arm in enumerate(mt.ARMS):

@@ -37,6 +37,7 @@ def test_marks_leave_the_step_unchanged_and_the_profile_covers_it():
     assert set(p["components_s"]) == set(rf.COMPONENTS) and all(v >= 0 for v in p["components_s"].values())
     assert math.isclose(sum(p["components_s"].values()), p["marked_step_s"], rel_tol=1e-6)
     assert p["gflops"] > 0 and 0 <= p["thread_idle_share"] <= 1 and p["runs"] == 6
+    assert p["counted_flops"] == p["flops"] == rf.step_flops(CFG)
 
 
 def test_the_ceilings_and_the_roofline_point():

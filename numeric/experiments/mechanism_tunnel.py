@@ -3,8 +3,8 @@
 The task is numeric.experiments.windtunnel's: sticky chains whose transition matrix is drawn per sequence from a
 Dirichlet prior, inputs x_t = [e_{y_t}, e_{y_{t-1}}], a fresh batch every step, the exact Bayes predictive from the
 Dirichlet counts. Each mechanism is its trainable layer (numeric.experiments.mechanism_layers, the same code as the
-sticky-chain grid) read out by W_O (no bias), trained (in float64, or `dtype`, the evaluation in float64) by full-batch-per-step SGD on the mean
-cross-entropy under both arms: sgd (every parameter at the tunnel's lr) and em_like (the mechanism's content at
+sticky-chain grid) read out by W_O (no bias), trained by full-batch-per-step SGD (in `dtype`, float64 by default;
+the evaluation always in float64) on the mean cross-entropy under both arms: sgd (every parameter at the tunnel's lr) and em_like (the mechanism's content at
 value_lr_ratio x lr, routing and the readout at lr), every mechanism on the same sequences and, per seed, from
 parameters drawn by (seed, parameter name). Reported per mechanism, arm and seed: the KL from the Bayes predictive
 to the model's (bits, on fresh evaluation sequences), the entropy error (bits) and the final training loss.
@@ -43,7 +43,7 @@ from numeric.experiments.config import positive, positive_ints
 
 LABEL = "mechanism-tunnel"
 ARMS = ("sgd", "em_like")
-RESULT = "t3"  # what a task returns, named in its cache key (t3: runs over arms x rates, entropy per position)
+RESULT = "t4"  # what a task returns, named in its cache key (t4: validation KLs whenever rates are given)
 TASKS = {"windtunnel": windtunnel, "bijection": bijection, "transitions": transitions}
 DTYPES = {"float64": torch.float64, "float32": torch.float32}
 CONFIGS = {windtunnel.TunnelConfig: windtunnel, bijection.BijectionConfig: bijection,
@@ -65,7 +65,8 @@ class MechanismTunnelConfig:
     """The wind tunnel's task and optimiser (`tunnel`: E5's TunnelConfig; its seed is replaced by `seeds`), the
     mechanisms, the seeds, the initial scale of every parameter, the seeds batched in one task, and the learning
     rates swept (`lrs`; empty: the task's own lr). Every (arm, rate) pair is a run of its own, batched on the leading
-    axis; with several rates each arm's is chosen per mechanism on held-out validation sequences (`summarise`)."""
+    axis; with rates given, each run is also scored on validation sequences of its own, on which each arm's rate is
+    chosen per mechanism (`summarise`; `run_all` joins a sweep and its extension past the edge on them)."""
 
     tunnel: object = windtunnel.TunnelConfig()  # or a bijection.BijectionConfig, a transitions.TransitionsConfig
     mechanisms: tuple = field(default_factory=ml.names)  # every registered mechanism with a layer
@@ -75,9 +76,6 @@ class MechanismTunnelConfig:
     lrs: tuple = ()
     # The training dtype ("float64" or "float32"); the evaluation always runs in float64 on the trained parameters.
     dtype: str = "float64"
-    # The sweep these rates extend past its edge (`run_all`): validation KLs are computed, so that the rate is chosen
-    # over the sweep and its extension together.
-    extends: tuple = ()
 
     def rates(self):
         """The learning rates trained: `lrs`, or the task's own lr."""
@@ -96,8 +94,6 @@ class MechanismTunnelConfig:
         ml.check_names(self.mechanisms, "MechanismTunnelConfig.mechanisms", ml.trainable())
         if len(set(self.rates())) != len(self.rates()) or not all(math.isfinite(x) and x > 0 for x in self.rates()):
             raise ValueError(f"MechanismTunnelConfig.lrs must be distinct positive rates, got {self.lrs!r}")
-        if not all(isinstance(x, (int, float)) and math.isfinite(x) and x > 0 for x in self.extends):
-            raise ValueError(f"MechanismTunnelConfig.extends must hold positive rates, got {self.extends!r}")
         if len(self.seeds) < 2 or len(set(self.seeds)) != len(self.seeds):
             raise ValueError(f"MechanismTunnelConfig.seeds must hold at least two distinct seeds, got {self.seeds!r}")
         return self
@@ -109,16 +105,15 @@ class MechanismTunnelConfig:
     def key(self):
         from derive import __version__
 
-        fields = {k: v for k, v in dataclasses.asdict(self).items() if k not in ("mechanisms", "seeds", "seeds_per_task")
-                  and not (k == "extends" and not v)}  # a plain sweep's key is what it was before extensions
+        fields = {k: v for k, v in dataclasses.asdict(self).items() if k not in ("mechanisms", "seeds", "seeds_per_task")}
         blob = repr((fields, task_of(self).__name__, ARMS, RESULT, __version__))
         return hashlib.sha256(blob.encode()).hexdigest()[:12]
 
 
 def init_params(cfg, mechanism, seeds):
-    """{name: (R, S, 1, ...)} float64 leaves, R = runs() (arm x learning rate): every parameter N(0, init_std^2),
-    drawn per (seed, name); every run of a seed starts from the same point; the third axis broadcasts over the batch
-    of sequences."""
+    """{name: (R, S, 1, ...)} leaves in cfg.dtype, R = runs() (arm x learning rate): every parameter N(0, init_std^2),
+    drawn in float64 per (seed, name); every run of a seed starts from the same point; the third axis broadcasts over
+    the batch of sequences."""
     K, t = cfg.tunnel.symbols, cfg.tunnel
     sh = ml.shapes(mechanism, 2 * K, t.d_k, t.d_v, K)
     out = {}
@@ -128,7 +123,7 @@ def init_params(cfg, mechanism, seeds):
             g = torch.Generator().manual_seed((int(s) * 1_000_003 + zlib.crc32(name.encode())) % (2 ** 62))
             per.append(torch.randn(sh[name], generator=g, dtype=torch.float64) * cfg.init_std)
         w = torch.stack(per)[None, :, None].expand(len(cfg.runs()), *([-1] * (len(sh[name]) + 2)))
-        out[name] = w.to(DTYPES[cfg.dtype]).clone().requires_grad_(True)  # drawn in float64 whatever the dtype
+        out[name] = w.to(DTYPES[cfg.dtype]).clone().requires_grad_(True)
     return out
 
 
@@ -216,7 +211,7 @@ def _train(cfg, mechanism, seeds):
         extra["scores"] = [[task.scores(t, ys[s], p[r, s], bayes[0, s]) for s in range(len(seeds))]
                            for r in range(len(runs))]
         extra["floors"] = copy.deepcopy(_floor_scores(cfg, tuple(seeds)))
-    if len(cfg.lrs) > 1 or cfg.extends:  # the rate is chosen on sequences of its own, not on the ones scored
+    if cfg.lrs:  # a rate is chosen on sequences of its own, not on the ones scored
         pv, bv, _ = _evaluate(cfg, mechanism, params, seeds, 55)
         extra["validation_kl_bits"] = chain.kl_bits(bv, pv).mean(-1).tolist()
     return {**extra, "mechanism": mechanism, "seeds": list(seeds), "arms": list(ARMS), "lrs": list(cfg.rates()),
@@ -281,7 +276,7 @@ def run_all(cfgs, cache_dir=None, workers=None, scheduler=None, log=print, clust
         more, where = [], []
         for c, cfg in enumerate(cfgs):
             for m, rates in edges(cfg, results[c]).items():
-                ext = dataclasses.replace(cfg, mechanisms=(m,), lrs=rates, extends=cfg.rates())
+                ext = dataclasses.replace(cfg, mechanisms=(m,), lrs=rates)
                 mine = tasks(ext)
                 where.append((c, m, len(more), len(mine)))
                 extended[c][m] = list(rates)

@@ -101,17 +101,14 @@ def _setup(cfg, device="cpu"):
 
 
 def _step(data, params, lrs, mstep, scale, blocks, work, mark=None):
-    _, grads = sticky.gradients(params, data, scale, blocks, mstep, work, mark)
-    for p, g, lr in zip(params, grads, lrs):
-        p.sub_(lr * g)
-    if mark:
-        mark("optimizer")
+    sticky.descend(params, data, scale, blocks, mstep, lrs, work, mark=mark)
 
 
 def profile(cfg, steps=10, device="cpu"):
     """Seconds per step of the sticky step (cfg's arms and seeds at once), in total (unmarked steps) and per
-    component (marked steps; `other` is the marked step's time outside every mark), the threads' idle share, the
-    FLOPs and the achieved GFLOP/s."""
+    component (marked steps; `other` is the marked step's time outside every mark), the threads' idle share (1 - the
+    process's CPU time over wall time x threads: a thread that spins while it waits counts as busy, so this is a lower
+    bound), the FLOPs from the shapes and as torch's counter sees them in one step, and the achieved GFLOP/s."""
     cfg.validate()
     state = _setup(cfg, device)
     _step(*state)  # warm-up
@@ -136,7 +133,8 @@ def profile(cfg, steps=10, device="cpu"):
     per["other"] = max(0.0, marked - sum(per.values()))
     step_s = wall / steps
     flops, useful = step_flops(cfg), step_flops(cfg, padded=False)
-    return {"steps": steps, "threads": threads, "runs": len(cfg.arms) * len(cfg.seeds), "length": cfg.length,
+    counted = counted_flops(lambda: _step(*state))
+    return {"counted_flops": int(counted), "steps": steps, "threads": threads, "runs": len(cfg.arms) * len(cfg.seeds), "length": cfg.length,
             "step_s": step_s, "marked_step_s": marked / steps,
             "components_s": {k: v / steps for k, v in per.items()},
             "thread_idle_share": max(0.0, 1.0 - cpu / (wall * threads)),

@@ -597,11 +597,13 @@ class ExperimentStage:
                 "reference_gflops": point["ceiling"]["step_shape"]["gflops"],
                 "reference_s": point["flops"] / (point["ceiling"]["step_shape"]["gflops"] * 1e9),
                 "ratio": 1.0 / point["fraction_of_step_shape_ceiling"]})
-            self._check("experiments/step-roofline", "E1", math.isfinite(point["gflops"]) and point["gflops"] > 0,
-                        time.perf_counter() - t0, {k: point[k] for k in ("step_s", "gflops", "thread_idle_share",
+            self._check("experiments/step-roofline", "E1", point["flops"] == point["counted_flops"],
+                        time.perf_counter() - t0, {k: point[k] for k in ("step_s", "flops", "counted_flops", "gflops",
+                                                                          "thread_idle_share",
                                                                           "fraction_of_step_shape_ceiling",
                                                                           "fraction_of_square_ceiling")},
-                        {"measured": True}, detail="the sticky step per component, its FLOPs and the ceiling")
+                        {"flops": "the count from the shapes equals torch's FLOP counter on one step"},
+                        detail="the sticky step per component, its FLOPs and the ceiling")
 
     # -- E5-E7 ----------------------------------------------------------------------------------------
     def simulations(self):

@@ -269,6 +269,18 @@ def _no_mark(component):
     pass
 
 
+def descend(params, data, scale, blocks, mstep, lrs, work=None, first=0, mark=None):
+    """One training step of every run in place: `gradients`, then each parameter from index `first` on (2: W_Q and
+    W_K frozen) moved by its arm's rate. Returns the loss (A, S) before the step. `mark` as in `gradients`, and
+    mark("optimizer") after the update."""
+    loss, grads = gradients(params, data, scale, blocks, mstep, work, mark)
+    for p, g, lr in zip(params[first:], grads[first:], lrs[first:]):
+        p.sub_(lr * g)
+    if mark is not None:
+        mark("optimizer")
+    return loss
+
+
 def probabilities(params, data, scale, blocks):
     """Model predictive distribution p (A, S, T, m) at the current parameters."""
     o = forward(params, data, scale, blocks)[3]
@@ -391,11 +403,9 @@ def train(cfg, device="cpu", progress=None, state_path=None, save_every=100, on_
             loop = time.perf_counter() - t0
             losses.append(probabilities_loss(params, data, scale, blocks))
             break
-        loss, grads = gradients(params, data, scale, blocks, mstep, work)
-        losses.append(loss.detach())  # kept on the device; copied once at the end and at saves
         first = 2 if freeze_routing is not None and step >= freeze_routing else 0  # W_Q, W_K frozen from here
-        for p, g, lr in zip(params[first:], grads[first:], lrs[first:]):
-            p.sub_(lr * g)
+        loss = descend(params, data, scale, blocks, mstep, lrs, work, first)
+        losses.append(loss.detach())  # kept on the device; copied once at the end and at saves
         if progress:
             progress(step)
     return Run(torch.stack([x.to(device) for x in losses], -1).double().cpu(),
