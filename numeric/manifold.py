@@ -29,10 +29,13 @@ It sees
   call from the same module in one forward gets '#1', and so on;
 - TransformerLens HookedTransformer (when transformer_lens is importable): its hook points
   blocks.{l}.attn.hook_v and hook_z, named blocks.{l}.attn;
-- Hugging Face attention modules that call no SDPA (eager attention): a forward hook on every module whose class
-  is from transformers and whose name ends in "Attention", recorded as `outputs` only (the module's output, after
-  its output projection; eager attention exposes no value vectors).
+- Hugging Face attention modules that call no SDPA (attn_implementation="eager"): their modeling module's
+  eager_attention_forward, wrapped for the forward (as numeric.watch does), recorded as SDPA is: `values` (key/value
+  heads repeated to the query heads, as attention reads them) and `outputs` before the output projection, named as
+  SDPA's calls are; the same weights give the same capture under "sdpa" and "eager".
 
+Every captured tensor is (B, L, .), batch first, whatever the module's batch_first. SDPA's inputs are read as
+(..., H, L, dh), leading batch dimensions flattened, or (B, L, E) as one head; other shapes are refused.
 Nothing optional is imported unless the model is of its kind. The capture runs under torch.no_grad() and changes
 no output, except that a module with a fused inference path (nn.TransformerEncoderLayer in eval mode under no_grad)
 takes its general path, the same math up to rounding. `predictive_entropy` turns logits (..., V) into the entropy of their softmax in bits.
@@ -42,6 +45,7 @@ from __future__ import annotations
 import math
 import sys
 import threading
+import warnings
 from dataclasses import dataclass, field
 
 import numpy as np
@@ -224,8 +228,9 @@ def _weighted_spearman(rz, W, inv, groups):
 def measure_layers(layers, entropy, kinds=KINDS, resamples=RESAMPLES, seed=0, level=LEVEL):
     """`measure` on every layer and kind of a capture ({layer: {kind: (B, L, d)}}, Capture.layers) against an
     entropy (B, L): {"layer (kind)": measurement}; against several, {name: (B, L)}: {name: {"layer (kind)":
-    measurement}}, on the same replicates. A kind whose positions are not the entropy's (cross-attention values
-    over another sequence) is left out."""
+    measurement}}, on the same replicates. Captured layers are always (B, L, .), batch first, whatever the
+    module's batch_first: the entropy must be (B, L) too. A kind whose positions are not the entropy's
+    (cross-attention values over another sequence) is left out; ValueError, naming the shapes, when no unit is."""
     many = isinstance(entropy, dict)
     Es = {k: np.asarray(e, dtype=np.float64) for k, e in (entropy.items() if many else {"": entropy}.items())}
     shape = next(iter(Es.values())).shape
@@ -236,6 +241,10 @@ def measure_layers(layers, entropy, kinds=KINDS, resamples=RESAMPLES, seed=0, le
                 res = measure_many(_numpy(got[kind]), Es, resamples=resamples, seed=seed, level=level)
                 for k in Es:
                     out[k][unit(name, kind)] = res[k]
+    if layers and not any(out.values()):
+        seen = sorted({tuple(np.shape(got[kind])) for got in layers.values() for kind in kinds if kind in got})
+        raise ValueError(f"measure_layers: no layer's (B, L) matches the entropy's {shape}; captured shapes {seen} "
+                         "(captured layers are (B, L, d), batch first)")
     return out if many else out[""]
 
 
@@ -262,15 +271,17 @@ class Capture:
 
     output: object
     layers: dict = field(default_factory=dict)
-    source: str = ""  # how the layers were found: "sdpa", "transformer_lens", "hooks" (and combinations)
+    source: str = ""  # how the layers were found: "sdpa", "eager" (both: "sdpa+eager"), "transformer_lens"
 
 
 def _heads(x):
-    """(B, H, L, dh) or (H, L, dh) -> (B, L, H * dh)."""
+    """SDPA's (B, H, L, dh) -> (B, L, H * dh); (B, L, E), which SDPA reads as one head, as it is; more leading batch
+    dimensions (..., H, L, dh) are flattened into B. ValueError for fewer than 3 dimensions."""
     if x.dim() == 3:
-        x = x.unsqueeze(0)
-    if x.dim() != 4:
         return x
+    if x.dim() < 3:
+        raise ValueError(f"capture: cannot read attention inputs of shape {tuple(x.shape)} as (B, L, E) or (B, H, L, dh)")
+    x = x.reshape(-1, *x.shape[-3:])
     B, H, L, dh = x.shape
     return x.transpose(1, 2).reshape(B, L, H * dh)
 
@@ -291,7 +302,7 @@ class _Mode(TorchFunctionMode):
 class _Recorder:
     def __init__(self, model, kinds):
         self.model, self.kinds = model, tuple(kinds)
-        self.layers, self.calls, self.in_wrapper = {}, {}, 0
+        self.layers, self.calls, self.in_wrapper, self.sdpa, self.eager = {}, {}, 0, 0, 0
         self.names = {id(m): (n, m) for n, m in model.named_modules()}
         self.owner = threading.get_ident()
 
@@ -324,7 +335,35 @@ class _Recorder:
             got["values"] = _heads(value.detach()).cpu()
         if "outputs" in self.kinds:
             got["outputs"] = _heads(out.detach()).cpu()
+        self.sdpa += 1
         self._put(self._name(), got)
+
+    def record_eager(self, fn, out, args, kwargs):
+        """A call of a Hugging Face eager_attention_forward: its q, k, v (GQA repeated) and its output (B, L, H, dh)
+        before the output projection, recorded as SDPA's would be."""
+        if threading.get_ident() != self.owner:
+            return
+        from numeric import watch_hf
+
+        _, q, _, v, _, _, _ = watch_hf.eager_inputs(fn, args, kwargs)
+        attn = out[0] if isinstance(out, tuple) else out
+        got = {}
+        if "values" in self.kinds:
+            got["values"] = _heads(v.detach()).cpu()
+        if "outputs" in self.kinds:
+            a = attn.detach()
+            got["outputs"] = a.reshape(*a.shape[:2], -1).cpu()
+        self.eager += 1
+        self._put(self._name(), got)
+
+    def eager_wrapper(self, previous):
+        def eager_attention_forward(*args, **kwargs):
+            out = previous(*args, **kwargs)
+            self.record_eager(previous, out, args, kwargs)
+            return out
+
+        eager_attention_forward.__wrapped__ = previous
+        return eager_attention_forward
 
     def wrapper(self, previous):
         def scaled_dot_product_attention(*args, **kwargs):
@@ -364,9 +403,13 @@ def _transformer_lens(model, args, kwargs, kinds):
     return Capture(output, layers, "transformer_lens")
 
 
-def _hf_attention_modules(model):
-    return [(n, m) for n, m in model.named_modules()
-            if type(m).__module__.startswith("transformers.") and type(m).__name__.endswith("Attention")]
+def _eager_modules(model):
+    if "transformers" not in sys.modules:
+        return []
+    from numeric import watch_hf
+
+    watch_hf.check_hf(model)
+    return watch_hf.eager_modules(model)
 
 
 def capture(model, *args, kinds=KINDS, **kwargs):
@@ -398,28 +441,26 @@ def capture(model, *args, kinds=KINDS, **kwargs):
         for _, m in model.named_modules():
             if isinstance(m, nn.MultiheadAttention):
                 handles.append(m.register_forward_hook(mha_post, with_kwargs=True))
-        eager = {}
-        for name, m in _hf_attention_modules(model):
-            def hf_post(mod, a, out, name=name):
-                eager.setdefault(name, []).append((out[0] if isinstance(out, tuple) else out).detach().cpu())
-            handles.append(m.register_forward_hook(hf_post))
+        eager = [(m, m.eager_attention_forward) for m in _eager_modules(model)]
         previous = F.scaled_dot_product_attention
         F.scaled_dot_product_attention = rec.wrapper(previous)
         mode = _Mode(rec)
         try:
+            for m, fn in eager:
+                m.eager_attention_forward = rec.eager_wrapper(fn)
             with mode:
                 output = model(*args, **kwargs)
         finally:
             F.scaled_dot_product_attention = previous
+            for m, fn in eager:
+                m.eager_attention_forward = fn
             for h in handles:
                 h.remove()
-        source = ["sdpa"] if rec.layers else []
-        for name, outs in eager.items():  # an HF attention module whose SDPA call was not seen (eager attention)
-            if not any(k == name or k.startswith(name + "#") or k.startswith(name + ".") for k in rec.layers):
-                for i, o in enumerate(outs):
-                    rec.layers[name if i == 0 else f"{name}#{i}"] = {"outputs": o} if "outputs" in kinds else {}
-                source.append("hooks") if "hooks" not in source else None
+        source = [s for s, n in (("sdpa", rec.sdpa), ("eager", rec.eager)) if n]
         layers = {k: v for k, v in rec.layers.items() if v}
+        if not layers:
+            warnings.warn(f"capture: no attention call was seen in {type(model).__name__}'s forward; nothing was "
+                          "captured", RuntimeWarning, stacklevel=2)
         return Capture(output, layers, "+".join(source))
 
 

@@ -1,5 +1,6 @@
 """The value-manifold diagnostic (numeric.manifold), its rule V1 with its controls, the capture on real models and the
 experiments stage's part (numeric.experiments.gpt_tunnel)."""
+import copy
 import math
 
 import numpy as np
@@ -212,18 +213,84 @@ def test_capture_on_the_gpt_style_model_and_a_call_index():
     assert list(units) == [f"{s} ({k})" for s in cfg.sites() for k in manifold.KINDS]
 
 
-def test_capture_on_a_hugging_face_gpt2():
+def _same_weights_under_sdpa_and_eager(make, ids, names):
+    torch.manual_seed(0)
+    sdpa = make("sdpa").eval()
+    eager = make("eager").eval()
+    eager.load_state_dict(sdpa.state_dict())
+    a, b = manifold.capture(sdpa, ids), manifold.capture(eager, ids)
+    assert (a.source, b.source) == ("sdpa", "eager")
+    assert list(a.layers) == list(b.layers) == names
+    for name in names:
+        assert set(a.layers[name]) == set(b.layers[name]) == {"values", "outputs"}
+        for kind in manifold.KINDS:
+            assert a.layers[name][kind].shape == b.layers[name][kind].shape
+            assert torch.allclose(a.layers[name][kind], b.layers[name][kind], atol=1e-5), (name, kind)
+    assert torch.allclose(a.output.logits, b.output.logits, atol=1e-5)
+    return a
+
+
+def test_capture_on_a_hugging_face_gpt2_is_the_same_under_sdpa_and_eager():
     transformers = pytest.importorskip("transformers")
     config = transformers.GPT2Config(vocab_size=11, n_positions=16, n_embd=16, n_layer=2, n_head=4)
+    ids = torch.randint(0, 11, (2, 6), generator=torch.Generator().manual_seed(1))
+    cap = _same_weights_under_sdpa_and_eager(
+        lambda impl: transformers.GPT2LMHeadModel._from_config(copy.deepcopy(config), attn_implementation=impl), ids,
+        ["transformer.h.0.attn", "transformer.h.1.attn"])
+    assert all(t.shape == (2, 6, 16) for got in cap.layers.values() for t in got.values())
+    assert cap.output.logits.shape == (2, 6, 11)
+
+
+def test_capture_on_a_hugging_face_llama_with_grouped_keys_is_the_same_under_sdpa_and_eager():
+    transformers = pytest.importorskip("transformers")
+    config = transformers.LlamaConfig(vocab_size=13, hidden_size=16, intermediate_size=32, num_hidden_layers=2,
+                                      num_attention_heads=4, num_key_value_heads=2, max_position_embeddings=16)
+    ids = torch.randint(0, 13, (2, 6), generator=torch.Generator().manual_seed(2))
+    cap = _same_weights_under_sdpa_and_eager(
+        lambda impl: transformers.LlamaForCausalLM._from_config(copy.deepcopy(config), attn_implementation=impl), ids,
+        ["model.layers.0.self_attn", "model.layers.1.self_attn"])
+    assert all(t.shape == (2, 6, 16) for got in cap.layers.values() for t in got.values())  # 4 heads of 4
+
+
+def test_capture_reads_three_dimensional_and_batched_sdpa_inputs():
+    class Attn(nn.Module):
+        def __init__(self, shape):
+            super().__init__()
+            self.shape = shape
+
+        def forward(self, x):
+            q = x.reshape(self.shape)
+            return F.scaled_dot_product_attention(q, q, q)
+
+    from torch.nn import functional as F
+
+    x = torch.randn(2, 3, 5, 4)
+    cap = manifold.capture(Attn((2, 5, 12)), x)  # (B, L, E): one head
+    assert cap.layers[""]["values"].shape == (2, 5, 12)
+    assert torch.equal(cap.layers[""]["values"], x.reshape(2, 5, 12))
+    cap = manifold.capture(Attn((2, 1, 3, 5, 4)), x)  # (B1, B2, H, L, dh): batch dims flattened
+    assert cap.layers[""]["values"].shape == (2, 5, 12)
+    assert torch.equal(cap.layers[""]["values"], x.transpose(1, 2).reshape(2, 5, 12))
+    with pytest.raises(ValueError, match="cannot read"):
+        manifold._heads(torch.randn(5, 4))
+
+
+def test_sequence_first_attention_is_captured_batch_first_and_a_mismatch_is_refused():
     torch.manual_seed(0)
-    for impl, source, kinds in (("sdpa", "sdpa", {"values", "outputs"}), ("eager", "hooks", {"outputs"})):
-        model = transformers.GPT2LMHeadModel._from_config(config, attn_implementation=impl).eval()
-        ids = torch.randint(0, 11, (2, 6))
-        cap = manifold.capture(model, ids)
-        assert cap.source == source and list(cap.layers) == ["transformer.h.0.attn", "transformer.h.1.attn"]
-        assert all(set(got) == kinds and all(t.shape == (2, 6, 16) for t in got.values())
-                   for got in cap.layers.values())
-        assert cap.output.logits.shape == (2, 6, 11)
+    mha = nn.MultiheadAttention(8, 2, batch_first=False).eval()
+    x = torch.randn(5, 3, 8)  # (L, B, E)
+    cap = manifold.capture(mha, x, x, x, need_weights=False)
+    assert cap.layers[""]["values"].shape == (3, 5, 8)  # (B, L, .) whatever batch_first
+    H = manifold.predictive_entropy(cap.output[0]).numpy()  # (L, B): the module's own layout
+    with pytest.raises(ValueError, match=r"\(5, 3\)"):
+        manifold.measure_layers(cap.layers, H, resamples=5)
+    assert set(manifold.measure_layers(cap.layers, H.T, resamples=5)) == {"(model) (values)", "(model) (outputs)"}
+
+
+def test_capture_of_a_model_without_attention_warns():
+    with pytest.warns(RuntimeWarning, match="nothing was captured"):
+        cap = manifold.capture(nn.Linear(3, 4), torch.randn(2, 3))
+    assert cap.layers == {} and cap.source == ""
 
 
 def test_capture_on_a_hooked_transformer():
