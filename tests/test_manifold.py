@@ -81,18 +81,40 @@ def test_the_replicates_are_sequences_resampled_whole():
 
 
 def _direct(P, H, direction=None):
-    X = P.reshape(-1, P.shape[-1])
-    X = X - X.mean(0)
-    w, V = np.linalg.eigh(X.T @ X)
-    v = V[:, -1]
-    if direction is not None and v @ direction < 0:
-        v = -v
-    from scipy import stats
+    from numeric.experiments import stats as st
 
-    rho = stats.spearmanr(X @ v, H.reshape(-1)).statistic
+    ratios, rho, v = st.pc1_spearman(P.reshape(-1, P.shape[-1]), H.reshape(-1), direction)
     if direction is None and rho < 0:
         v, rho = -v, -rho
-    return w[-1] / w.sum(), rho, v
+    return ratios[0], rho, v
+
+
+def test_far_from_origin_points_give_the_intervals_of_centred_points():
+    P, H = axis_points(B=16, L=8, d=4, share=0.6, noise_on_axis=0.5)
+    P = P - P.reshape(-1, 4).mean(0)
+    a, b = manifold.measure(P, H, resamples=50, seed=2), manifold.measure(P + 1e5, H, resamples=50, seed=2)
+    for key in ("pc1_share", "spearman"):
+        assert b[key] == pytest.approx(a[key], abs=1e-9)
+    for key in ("pc1_share_ci95", "spearman_ci95"):
+        assert b[key] == pytest.approx(a[key], abs=1e-9)
+
+
+def test_rule_is_conservative_on_small_samples():
+
+    import importlib
+
+    v1_unit = importlib.import_module("numeric.experiments.rules.v1").v1_unit
+    for seed in range(20):  # isotropic points, the entropy their own sample PC1 coordinate: a biased-up share
+        rng = np.random.default_rng(seed)
+        P = rng.standard_normal((8, 3, 3))
+        X = P.reshape(-1, 3) - P.reshape(-1, 3).mean(0)
+        H = (X @ np.linalg.eigh(X.T @ X)[1][:, -1]).reshape(8, 3)
+        m = manifold.measure(P, H, resamples=100, seed=seed)
+        verdict_, entry = v1_unit(m)
+        assert verdict_ != "reproduced" and entry["pc1_share_lower"] <= m["pc1_share"]
+    P, H = axis_points(B=3, L=20, share=0.9)
+    m = manifold.measure(P, H, resamples=20)
+    assert m["finite"] and v1_unit(m)[0] == "undecided" and "fewer than 8" in v1_unit(m)[1]["why"]
 
 
 def test_non_finite_or_degenerate_inputs_are_not_measured():

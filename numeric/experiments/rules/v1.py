@@ -5,11 +5,12 @@ held-out sequences: PC1's share of the variance and Spearman's rho of the PC1 co
 entropy (the model's own predictive entropy, or the exact Bayes entropy where the task has one), each with a 95%
 bootstrap interval over sequences.
 
-Per unit: `reproduced` when the interval's lower end of PC1's share is >= V1_SHARE and that of |rho| is >= V1_RHO
-(a dominant direction, and it orders the positions by entropy); `partly-reproduced` when only |rho|'s is (the
-leading direction tracks the entropy but does not dominate the variance); `not-reproduced` otherwise (a dominant
-direction unrelated to the entropy is the claim's absence, not half of it); `undecided` when its measurement is
-missing or not finite.
+Per unit: `reproduced` when the lower end of PC1's share (the smaller of its interval's lower end and its estimate:
+the share is biased upwards in small samples, its percentile interval more so) is >= V1_SHARE and the interval's
+lower end of |rho| is >= V1_RHO (a dominant direction, and it orders the positions by entropy); `partly-reproduced`
+when only |rho|'s is (the leading direction tracks the entropy but does not dominate the variance);
+`not-reproduced` otherwise (a dominant direction unrelated to the entropy is the claim's absence, not half of it);
+`undecided` when its measurement is missing or not finite, or was made on fewer than V1_MIN_SEQUENCES sequences.
 
 The claim: some layer carries the axis. `reproduced` when at least one unit is reproduced; otherwise `undecided` if
 any unit (or every one) is undecided, since that unit could carry it; otherwise `partly-reproduced` when at least
@@ -30,6 +31,9 @@ from numeric.experiments.rules.e5 import tunnel_entropies
 # |Spearman| 0.5 is a strong monotone association for thousands of points, as E5's E5_RHO.
 V1_SHARE = 0.5
 V1_RHO = 0.5
+# PC1's share is biased upwards in small samples (and its bootstrap interval more so, reaching above the estimate):
+# the rule reads min(interval lower end, estimate), and decides nothing on fewer sequences than this.
+V1_MIN_SEQUENCES = 8
 V1_CONTROL_NOISE = 0.25  # the controls' isotropic noise: its total variance as a fraction of the axis's
 V1_CONTROL_DIM = 64  # the controls' dimension at most (the run's when smaller; at least 8)
 V1_CONTROL_RESAMPLES = 100
@@ -62,7 +66,10 @@ def v1_unit(m):
     entry = {"pc1_share": share, "pc1_share_ci95": share_ci, "spearman": rho, "spearman_ci95": rho_ci}
     if m.get("finite") is False or None in (share, rho) or share_ci is None or rho_ci is None:
         return UNDECIDED, {**entry, "why": m.get("why", "a number is missing or not finite")}
-    share_lo, rho_lo = share_ci[0], manifold.abs_lower(rho_ci)
+    sequences = m.get("sequences")
+    if isinstance(sequences, (int, float)) and sequences < V1_MIN_SEQUENCES:
+        return UNDECIDED, {**entry, "why": f"measured on {int(sequences)} sequences, fewer than {V1_MIN_SEQUENCES}"}
+    share_lo, rho_lo = min(share_ci[0], share), manifold.abs_lower(rho_ci)
     entry.update(pc1_share_lower=share_lo, abs_spearman_lower=rho_lo)
     if share_lo >= V1_SHARE and rho_lo >= V1_RHO:
         return "reproduced", entry
@@ -195,5 +202,5 @@ def headline(measured):
             f"|rho| from {e['abs_spearman_lower']:.2f}")
 
 
-__all__ = ["V1_SHARE", "V1_RHO", "V1_CONTROL_NOISE", "V1_CONTROL_DIM", "V1_CONTROL_RESAMPLES", "v1", "v1_unit",
+__all__ = ["V1_SHARE", "V1_RHO", "V1_MIN_SEQUENCES", "V1_CONTROL_NOISE", "V1_CONTROL_DIM", "V1_CONTROL_RESAMPLES", "v1", "v1_unit",
            "v1_controls", "constructed", "V1_CONSTRUCTIONS", "V1_EXPECTED"]
