@@ -104,7 +104,9 @@ class NumericSizes:
     fuzz_budget_s: float
     fuzz_jobs: int
     watch_repeats: int = 7  # paired blocks of 20 steps timing the watcher's overhead
-    watch_setups: tuple = ("demo", "long")  # numeric.watch_bench setups timed ("demo": the 10% goal's model)
+    # numeric.watch_bench setups timed ("demo": the 10% goal's model; "hf": a Hugging Face GPT-2, skipped with the reason
+    # where transformers is not installed)
+    watch_setups: tuple = ("demo", "long", "hf")
     watch_min_seconds: float = 8.0  # each setup is timed at least this long (more pairs when its steps are fast)
     sdpa_cases: int = 300  # random calls of the drop-in scaled_dot_product_attention against torch's
     # random user-style mechanisms through the mechanisms table against numeric.mechanism_oracle (6 cells each)
@@ -115,8 +117,9 @@ class NumericSizes:
         if not isinstance(self.watch_min_seconds, (int, float)) or not self.watch_min_seconds >= 0:
             raise ValueError(f"NumericSizes.watch_min_seconds must be a number >= 0, got {self.watch_min_seconds!r}")
         if (not isinstance(self.watch_setups, tuple) or "demo" not in self.watch_setups
-                or len(set(self.watch_setups)) != len(self.watch_setups) or not set(self.watch_setups) <= {"demo", "long"}):
-            raise ValueError(f"NumericSizes.watch_setups must be distinct names among demo, long, with demo (the "
+                or len(set(self.watch_setups)) != len(self.watch_setups)
+                or not set(self.watch_setups) <= {"demo", "long", "hf"}):
+            raise ValueError(f"NumericSizes.watch_setups must be distinct names among demo, long, hf, with demo (the "
                              f"model the overhead goal is stated for), got {self.watch_setups!r}")
         _check_ints(self, "fuzz_jobs", minimum=0)
         _check_positive(self, "fuzz_budget_s")

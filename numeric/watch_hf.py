@@ -79,6 +79,7 @@ def check_hf(model):
 
 _SIGNATURES = {}
 EAGER_ORDER = ("module", "query", "key", "value", "attention_mask", "scaling", "dropout")  # transformers' order
+EAGER_KNOWN = EAGER_ORDER + ("position_bias",)  # the arguments eager_inputs reads
 
 
 def _bound(fn, args, kwargs):
@@ -110,7 +111,12 @@ def eager_inputs(fn, args, kwargs):
     as it computes attention: softmax(q k^T * scaling + mask) v over q's heads."""
     given = _bound(fn, args, kwargs)
     module, q, k, v = given["module"], given["query"], given["key"], given["value"]
-    for key in ("softcap", "sinks", "s_aux"):
+    sig = _SIGNATURES.get(fn)
+    named = [n for n, prm in sig.parameters.items() if prm.kind not in (prm.VAR_KEYWORD, prm.VAR_POSITIONAL)] \
+        if sig else []
+    # Any other argument the function names (softcap, sinks, a sliding window, ...) may change the scores: refused when
+    # given, as are attention sinks passed through **kwargs (s_aux)
+    for key in [n for n in named if n not in EAGER_KNOWN] + ["s_aux"]:
         if given.get(key) is not None:
             raise ValueError(f"watch: eager attention at {type(module).__name__} with {key}: not supported")
     if k.shape[-3] != q.shape[-3]:  # repeat_kv: each key/value head serves a group of query heads
@@ -124,6 +130,9 @@ def eager_inputs(fn, args, kwargs):
             mask = mask[..., :k.shape[-2]]
         if mask.dtype == torch.bool or not mask.is_floating_point():
             mask = mask.to(q.dtype)  # eager adds it as it is: True (or 1) adds 1
+    bias = given.get("position_bias")
+    if bias is not None:  # T5's family: a relative-position bias added to the scores before the mask
+        mask = bias if mask is None else bias + mask
     scale = given.get("scaling")
     scale = q.shape[-1] ** -0.5 if scale is None else float(scale)
     p = float(given.get("dropout") or 0.0) if module.training else 0.0
@@ -151,10 +160,11 @@ def check_lens(name, mod):
         why = "use_attention_sinks (a sink column joins the softmax)"
     elif getattr(cfg, "use_logn_attn", False):
         why = "use_logn_attn (q is rescaled after its hook points)"
+    elif getattr(cfg, "clip_qkv", None) is not None:
+        why = "clip_qkv (q, k and v are clamped after their hook points, whatever the positional embedding)"
     elif cfg.positional_embedding_type != "rotary" and (
-            getattr(cfg, "use_qk_norm", False) or getattr(cfg, "clip_qkv", None) is not None
-            or getattr(cfg, "original_architecture", None) in LENS_ARCH_NORMED):
-        why = "q and k normalised or clipped after hook_q and hook_k"
+            getattr(cfg, "use_qk_norm", False) or getattr(cfg, "original_architecture", None) in LENS_ARCH_NORMED):
+        why = "q and k normalised after hook_q and hook_k"
     elif not all(hasattr(mod, f"hook_{h}") for h in ("q", "k", "v", "attn_scores", "z")):
         why = "no hook_q, hook_k, hook_v, hook_attn_scores and hook_z"
     if why:
