@@ -53,7 +53,8 @@ import torch
 import torch.nn.functional as F
 from scipy import stats
 from torch import nn
-from torch.overrides import TorchFunctionMode
+
+from numeric import watch
 
 SDPA = torch._C._nn.scaled_dot_product_attention
 KINDS = ("values", "outputs")
@@ -67,12 +68,15 @@ def _rank(x):
     return stats.rankdata(x)
 
 
-def _spearman(a, b):
+def spearman(a, b):
     """Spearman's rho of two (N,) arrays (average ranks); nan when either is constant."""
     ra, rb = _rank(a), _rank(b)
     ra, rb = ra - ra.mean(), rb - rb.mean()
     den = math.sqrt(float(ra @ ra) * float(rb @ rb))
     return float(ra @ rb / den) if den > 0 else float("nan")
+
+
+_spearman = spearman
 
 
 def _leading(cov):
@@ -288,37 +292,18 @@ def _heads(x):
     return x.transpose(1, 2).reshape(B, L, H * dh)
 
 
-class _Mode(TorchFunctionMode):
-    def __init__(self, owner):
-        super().__init__()
-        self.owner = owner
-
-    def __torch_function__(self, func, types, args=(), kwargs=None):
-        kwargs = kwargs or {}
-        out = func(*args, **kwargs)
-        if func is SDPA and not self.owner.in_wrapper:
-            self.owner.record(out, args, kwargs)
-        return out
-
-
 class _Recorder:
     def __init__(self, model, kinds):
         self.model, self.kinds = model, tuple(kinds)
-        self.layers, self.calls, self.in_wrapper, self.sdpa, self.eager = {}, {}, 0, 0, 0
-        self.names = {id(m): (n, m) for n, m in model.named_modules()}
+        self.layers, self.calls, self._in_wrapper, self.sdpa, self.eager = {}, {}, 0, 0, 0
+        self._names = {id(m): (n, m) for n, m in model.named_modules()}
         self.owner = threading.get_ident()
 
-    def _name(self):
-        f = sys._getframe(2)
-        while f is not None:
-            code = f.f_code
-            if code.co_argcount and code.co_varnames[0] == "self":
-                obj = f.f_locals.get("self")
-                found = self.names.get(id(obj))
-                if found is not None and found[1] is obj:
-                    return found[0]
-            f = f.f_back
-        return ""
+    # numeric.watch's site naming and SDPA mode, shared: the mode reports to _capture_sdpa unless _in_wrapper
+    _name = watch.Watcher._site_name
+
+    def _capture_sdpa(self, out, args, kwargs):
+        self.record(out, args, kwargs)
 
     def _put(self, name, got):
         k = self.calls.get(name, 0)
@@ -369,11 +354,11 @@ class _Recorder:
 
     def wrapper(self, previous):
         def scaled_dot_product_attention(*args, **kwargs):
-            self.in_wrapper += 1
+            self._in_wrapper += 1
             try:
                 out = previous(*args, **kwargs)
             finally:
-                self.in_wrapper -= 1
+                self._in_wrapper -= 1
             self.record(out, args, kwargs)
             return out
 
@@ -446,7 +431,7 @@ def capture(model, *args, kinds=KINDS, **kwargs):
         eager = [(m, m.eager_attention_forward) for m in _eager_modules(model)]
         previous = F.scaled_dot_product_attention
         F.scaled_dot_product_attention = rec.wrapper(previous)
-        mode = _Mode(rec)
+        mode = watch._SDPAMode(rec)
         try:
             for m, fn in eager:
                 m.eager_attention_forward = rec.eager_wrapper(fn)
@@ -466,5 +451,5 @@ def capture(model, *args, kinds=KINDS, **kwargs):
         return Capture(output, layers, "+".join(source))
 
 
-__all__ = ["KINDS", "RESAMPLES", "LEVEL", "measure", "measure_many", "measure_layers", "unit", "abs_lower", "predictive_entropy",
+__all__ = ["KINDS", "RESAMPLES", "LEVEL", "measure", "measure_many", "measure_layers", "unit", "abs_lower", "spearman", "predictive_entropy",
            "Capture", "capture"]

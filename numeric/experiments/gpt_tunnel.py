@@ -178,7 +178,7 @@ def evaluate(cfg, model):
     return {"kl_bits": float(chain.kl_bits(bayes, p).mean()),
             "entropy_mae_bits": float(np.abs(h_model - h_bayes).mean()),
             "model_entropy_bits_mean": float(h_model.mean()), "bayes_entropy_bits_mean": float(h_bayes.mean()),
-            "spearman_model_bayes_entropy": manifold._spearman(h_model.reshape(-1), h_bayes.reshape(-1)),
+            "spearman_model_bayes_entropy": manifold.spearman(h_model.reshape(-1), h_bayes.reshape(-1)),
             "layers": {n: {k: list(t.shape) for k, t in got.items()} for n, got in cap.layers.items()},
             "capture_source": cap.source,
             **manifold.measure_layers(cap.layers, {"model": h_model, "bayes": h_bayes, "shuffled": h_shuffled}, **kw)}

@@ -124,7 +124,8 @@ def v1(units, reference="model"):
 
 
 def _sizes(units):
-    """(sequences, positions, dim) of the run's first finite measurement, within the controls' bounds."""
+    """(sequences, positions, dim) of the run's first measurement that gives its sizes (finite or not), each
+    clamped to the controls' bounds (sequences 8-256, positions 4-64, dim 8-V1_CONTROL_DIM); 64, 24, 8 when none."""
     for m in (units or {}).values():
         if isinstance(m, dict) and m.get("sequences"):
             return (max(8, min(int(m["sequences"]), 256)), max(4, min(int(m["positions"]), 64)),
