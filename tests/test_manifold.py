@@ -169,7 +169,8 @@ def test_controls_say_what_they_must():
 
 def test_registered_with_named_thresholds():
     claim = registry.REGISTRY["V1"]
-    assert claim.rule is rules.v1 and claim.thresholds == {"V1_SHARE": rules.V1_SHARE, "V1_RHO": rules.V1_RHO}
+    assert claim.rule is rules.v1 and claim.thresholds == {"V1_SHARE": rules.V1_SHARE, "V1_RHO": rules.V1_RHO,
+                                                          "V1_MIN_SEQUENCES": rules.V1_MIN_SEQUENCES}
     assert claim.ref.startswith("ours: ")
     r = rules.v1({"a (outputs)": unit((0.6, 0.7), (0.6, 0.8))})
     assert claim.headline_of(r.measured).startswith("a (outputs): PC1 65% (from 60%), |rho| from 0.60")

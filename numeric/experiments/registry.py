@@ -175,7 +175,7 @@ register(EmpiricalClaim(
      "PC1's share of their variance and Spearman rho of the PC1 coordinate with the model's predictive entropy "
      "and with the exact Bayes entropy",
      "bootstrap intervals over the held-out sequences"),
-    rules.v1, {"V1_SHARE": rules.V1_SHARE, "V1_RHO": rules.V1_RHO},
+    rules.v1, {"V1_SHARE": rules.V1_SHARE, "V1_RHO": rules.V1_RHO, "V1_MIN_SEQUENCES": rules.V1_MIN_SEQUENCES},
     headline=_v1_headline))
 
 
