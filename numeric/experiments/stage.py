@@ -715,14 +715,14 @@ class ExperimentStage:
 
     # -- V1 (ours): the value manifold of a GPT-2-style model ----------------------------------------------------------
     def value_manifold(self):
-        """A small GPT-2-style model trained in E5's wind tunnel (numeric.experiments.gpt_tunnel, one torch thread,
-        cached), the manifold diagnostic (numeric.manifold) on every layer's value vectors and attention outputs on
+        """A small GPT-2-style model trained in E5's wind tunnel (numeric.experiments.gpt_tunnel, on the stage's
+        threads, cached), the manifold diagnostic (numeric.manifold) on every layer's value vectors and attention outputs on
         held-out sequences, and the V1 rule against the model's predictive entropy (the claim's verdict) and against
         the exact Bayes entropy, with its controls: results.json experiments.value_manifold."""
         cfg = self.cfgs["manifold"]
         t0 = time.perf_counter()
         out = _plain(self.cache.get_or_run(f"value-manifold-{gpt_tunnel.EVALUATION}", cfg, self.device,
-                                           lambda: gpt_tunnel.run(cfg, self.device), self.log))
+                                           lambda: gpt_tunnel.run(cfg, self.device, self.thread_count()), self.log))
         by_model = REGISTRY["V1"].rule(out["model"], reference="model")
         by_bayes = REGISTRY["V1"].rule(out["bayes"], reference="bayes")
         controls = rules.v1_controls({"units": out["model"], "shuffled": out["shuffled"], "seed": self.seed})
