@@ -23,6 +23,8 @@ COMMANDS = {
     "mechanisms": ("numeric.mechanisms", "check the generated mechanism kernels against autograd, and time them"),
     "grid": ("numeric.experiments.mechanism_grid", "the mechanism grid (G1): EM-like vs SGD for every mechanism, on Dask"),
     "tunnel": ("numeric.experiments.mechanism_tunnel", "the wind tunnel for every mechanism (G2), on Dask"),
+    "speed": ("numeric.experiments.speed", "the paper's experiment against the sequential loop, each a process of its own"),
+    "roofline": ("numeric.experiments.roofline", "where the sticky step's time goes, against the machine's product rate"),
     "bench": ("numeric.bench", "time the generated attention backward against autograd, threads pinned"),
     "watch-bench": ("numeric.watch_bench", "time the watcher's overhead on a training loop"),
     "gpu-check": ("numeric.gpu_check", "the GPU validation: pipeline, agreement with CPU, resume, timings"),

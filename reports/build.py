@@ -494,7 +494,12 @@ def experiments_section(results, figures):
             f"shape ({fmt(ceil['step_shape']['gflops'], 3)} GFLOP/s) and {fmt(100 * rf['fraction_of_square_ceiling'], 2)}% "
             f"of a {ceil['square']['shape'][0]}-square product ({fmt(ceil['square']['gflops'], 3)} GFLOP/s), measured in "
             f"the same run; the threads idle {fmt(100 * rf['thread_idle_share'], 2)}% of the time. Per component: "
-            + ", ".join(f"{k} {fmt(v * 1e3, 2)} ms" for k, v in rf["components_s"].items()) + "."], id="step-roofline")))
+            + ", ".join(f"{k} {fmt(v * 1e3, 2)} ms" for k, v in rf["components_s"].items()) + "."
+            + (f" The step's matrix products alone, every other operation left out, take {fmt(rf['products_s'] * 1e3, 3)} ms "
+               f"({fmt(100 * rf['products_share'], 2)}% of the step, {fmt(rf['products_gflops'], 3)} GFLOP/s)"
+               + (f": against the sequential loop's {fmt(rf['sequential_step_s'] * 1e3, 3)} ms per step, no step built of "
+                  f"these products runs more than {fmt(rf['speedup_bound'], 2)}x faster than it" if "speedup_bound" in rf else "")
+               + "." if "products_s" in rf else "")], id="step-roofline")))
         if "step_profile" in figures:
             out.append(html(Figure("step_profile", id="fig-step_profile")))
     deep, grid = v.deep_view(ex, claims), v.grid_view(ex, claims)

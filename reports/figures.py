@@ -181,7 +181,8 @@ def benchmark(r):
 
 
 def step_profile(r):
-    """The sticky step per component (ms, marked steps), its achieved GFLOP/s against the matrix-product ceilings."""
+    """The sticky step per component (ms, marked steps), its achieved GFLOP/s beside its matrix products' alone and the
+    matrix-product ceilings."""
     p = r.get("experiments", {}).get("step_roofline")
     if not p or not p.get("components_s"):
         return None
@@ -190,8 +191,10 @@ def step_profile(r):
     left.barh(names[::-1], [p["components_s"][n] * 1e3 for n in names[::-1]], color="#1f77b4")
     left.set(xlabel="ms per step", title=f"Sticky step, {p['runs']} runs, T = {p['length']}, {p['threads']} threads")
     left.tick_params(axis="y", labelsize=7)
-    bars = {"step": p["gflops"], **{f"ceiling: {k.replace('_', ' ')}": c["gflops"] for k, c in p["ceiling"].items()}}
-    right.bar(list(bars), list(bars.values()), color=["#d62728", "#7f7f7f", "#7f7f7f"][:len(bars)])
+    floor = {"products alone": p["products_gflops"]} if "products_gflops" in p else {}
+    ceilings = {f"ceiling: {k.replace('_', ' ')}": c["gflops"] for k, c in p["ceiling"].items()}
+    bars = {"step": p["gflops"], **floor, **ceilings}
+    right.bar(list(bars), list(bars.values()), color=["#d62728"] + ["#ff7f0e"] * len(floor) + ["#7f7f7f"] * len(ceilings))
     right.set(ylabel="GFLOP/s (float32)", title="Roofline point")
     right.tick_params(axis="x", labelsize=6, rotation=20)
     return fig

@@ -223,6 +223,22 @@ def test_speed_comparison_runs_both_ways_on_the_same_numbers():
     assert res["sequential_full_run_s"] == pytest.approx(res["sequential_timed_s"] * 100 / 3)
 
 
+def test_whole_process_speed_runs_each_side_as_a_process_of_its_own_on_the_same_numbers(tmp_path):
+    from numeric.experiments import speed
+
+    lines = []
+    res = speed.whole_process(steps=2, rounds=1, threads=1, log=lines.append)
+    assert res["same_numbers"] and res["max_abs_loss_difference"] <= speed.WHOLE_PROCESS_TOL
+    assert len(res["seconds"]["ours"]) == len(res["seconds"]["sequential"]) == 1 and res["speedup"] > 0
+    assert len(lines) == 1 and "round 1/1" in lines[0]
+    out = tmp_path / "ours.pt"  # a side's file holds the losses of the paper's 5 seeds x 2 arms, step by step
+    speed._side("ours", 2, 1, out)
+    assert torch.load(out).shape == (2, 5, 2)
+    for bad in (["--rounds", "0"], ["--steps", "-1"], ["--side", "ours"]):
+        with pytest.raises(SystemExit):
+            speed.main(bad)
+
+
 def test_speedup_statistics():
     sgd = np.array([[2.0, 1.9, 1.8, 1.7], [2.0, 1.95, 1.85, 1.75]])
     em = np.array([[2.0, 1.7, 1.6, 1.5], [2.0, 1.8, 1.7, 1.6]])

@@ -40,12 +40,23 @@ def test_marks_leave_the_step_unchanged_and_the_profile_covers_it():
     assert p["counted_flops"] == p["flops"] == rf.step_flops(CFG)
 
 
+def test_the_floor_runs_exactly_the_steps_products_and_nothing_else():
+    data, params, lrs, mstep, scale, blocks, work = rf._setup(CFG)
+    before = [p.clone() for p in params]
+    assert rf.counted_flops(lambda: rf.products(data, params, scale, blocks, work)) == rf.step_flops(CFG)
+    assert all(torch.equal(a, b) for a, b in zip(before, params))  # it trains nothing
+    fewer = sticky._blocks(data.x.shape[-2], 2)  # a floor over other blocks would count other products
+    assert (rf.counted_flops(lambda: rf.products(data, params, scale, fewer, sticky.workspace(CFG, fewer)))
+            != rf.step_flops(CFG))
+
+
 def test_the_ceilings_and_the_roofline_point():
     r = rf.roofline(CFG, steps=2, min_seconds=0.05)
     for c in r["ceiling"].values():
         assert c["gflops"] > 0 and math.isfinite(c["gflops"])
     assert r["ceiling"]["step_shape"]["shape"] == [6, 30, 16, 89]
     assert math.isclose(r["fraction_of_square_ceiling"], r["gflops"] / r["ceiling"]["square"]["gflops"])
+    assert r["products_s"] > 0 and math.isclose(r["products_share"], r["products_s"] / r["step_s"])
 
 
 def test_every_grid_mechanism_gets_a_point():

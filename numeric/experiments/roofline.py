@@ -13,7 +13,7 @@ largest product (the scores of the last query block, batched over the runs) and 
 step's achieved GFLOP/s over it is its roofline point. `mechanism_points` gives the same point for every
 mechanism's training step of the grid (mechanism_grid.step_times), its FLOPs from torch's counter.
 
-    python -m numeric.experiments.roofline [--quick] [--steps N] [--threads N]   # the paper's 5 seeds x 2 arms
+    python -m numeric.experiments.roofline [--quick] [--steps N] [--threads N] [--json FILE]   # 5 seeds x 2 arms
 """
 from __future__ import annotations
 
@@ -104,6 +104,44 @@ def _step(data, params, lrs, mstep, scale, blocks, work, mark=None):
     sticky.descend(params, data, scale, blocks, mstep, lrs, work, mark=mark)
 
 
+def products(data, params, scale, blocks, work, mark=None):
+    """The step's matrix products alone, at its shapes and on its operands, every other operation left out: the
+    projections q, k, v; per query block the scores, alpha V, the readout's three, B = u V^T, dQ = dS K, dK = dS^T Q
+    and dV = alpha^T u (the scores' tile standing in for alpha and dS, whose values do not change a product's time);
+    the parameter gradients. A step cannot take less than this with these products (`floor` times it)."""
+    x, w_o = data.x, params[3]
+    q, k, v = (x @ w for w in params[:3])
+    T = x.shape[-2]
+    u = torch.empty_like(v)
+    for lo, hi, _ in blocks:
+        qb, kt = q[..., lo:hi, :], k[..., :hi, :].mT
+        shape = torch.broadcast_shapes(qb.shape[:-1], kt.shape[:-2] + (1,)) + (hi,)
+        tile = torch.matmul(qb, kt, out=work[:math.prod(shape)].view(shape))
+        o = tile @ v[..., :hi, :]
+        z = o @ w_o
+        ub = z @ w_o.mT
+        o.mT @ z
+        u[..., lo:hi, :] = ub
+        torch.matmul(ub, v[..., :hi, :].mT, out=tile)
+        tile @ k[..., :hi, :]
+        qb.mT @ tile
+        ub.mT @ tile
+    for g in (q, k, v):
+        x.mT @ g
+    return T
+
+
+def floor(cfg, steps=10, device="cpu"):
+    """Seconds per step of `products` alone (cfg's arms and seeds at once), after one warm-up: the time a step could
+    reach if every operation other than its matrix products cost nothing."""
+    data, params, _, _, scale, blocks, work = _setup(cfg, device)
+    products(data, params, scale, blocks, work)
+    t0 = time.perf_counter()
+    for _ in range(steps):
+        products(data, params, scale, blocks, work)
+    return (time.perf_counter() - t0) / steps
+
+
 def profile(cfg, steps=10, device="cpu"):
     """Seconds per step of the sticky step (cfg's arms and seeds at once), in total (unmarked steps) and per
     component (marked steps; `other` is the marked step's time outside every mark), the threads' idle share (1 - the
@@ -143,11 +181,14 @@ def profile(cfg, steps=10, device="cpu"):
 
 
 def roofline(cfg, steps=10, device="cpu", min_seconds=0.6):
-    """profile(cfg) and the ceiling at its largest product, with the step's fraction of each ceiling."""
+    """profile(cfg), the products' floor (`floor`: seconds per step of the step's matrix products alone, their GFLOP/s
+    and their share of the step) and the ceiling at its largest product, with the step's fraction of each ceiling."""
     prof = profile(cfg, steps, device)
+    products_s = floor(cfg, steps, device)
     lo, hi, _ = sticky._blocks(_positions(cfg), cfg.blocks)[-1]
     ceil = ceiling(prof["runs"], hi - lo, hi, sticky.lane_width(cfg.d_k), min_seconds)
-    return {**prof, "ceiling": ceil,
+    return {**prof, "ceiling": ceil, "products_s": products_s, "products_gflops": _gflops(prof["flops"], products_s),
+            "products_share": products_s / prof["step_s"],
             "fraction_of_step_shape_ceiling": prof["gflops"] / ceil["step_shape"]["gflops"],
             "fraction_of_square_ceiling": prof["gflops"] / ceil["square"]["gflops"]}
 
@@ -184,16 +225,17 @@ def mechanism_points(cfg, times, ceiling_gflops):
     return out
 
 
-def main(argv=None):
+def main(argv=None, prog="python -m numeric.experiments.roofline"):
     import argparse
 
-    parser = argparse.ArgumentParser(prog="python -m numeric.experiments.roofline", description=__doc__,
+    parser = argparse.ArgumentParser(prog=prog, description=__doc__,
                                      formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--quick", action="store_true",
                         help="T = 200 instead of the paper's 2000 (default: the paper's experiment, its five seeds x "
                              "the two arms at once)")
     parser.add_argument("--steps", type=int, default=10, help="steps timed (default 10)")
     parser.add_argument("--threads", type=int, default=None, help="torch threads (default: torch's)")
+    parser.add_argument("--json", metavar="FILE", help="also write the record to FILE")
     args = parser.parse_args(argv)
     if args.steps < 1 or (args.threads is not None and args.threads < 1):
         parser.error("--steps and --threads must be positive integers")
@@ -206,8 +248,15 @@ def main(argv=None):
           f"{r['gflops']:.1f} GFLOP/s; threads idle {r['thread_idle_share']:.0%}")
     for k, v in r["components_s"].items():
         print(f"  {k:20} {v * 1e3:8.2f} ms  {v / r['marked_step_s']:6.1%}")
+    print(f"its matrix products alone: {r['products_s'] * 1e3:.1f} ms ({r['products_gflops']:.1f} GFLOP/s), "
+          f"{r['products_share']:.0%} of the step")
     for k, c in r["ceiling"].items():
         print(f"ceiling {k:11} {c['shape']}: {c['gflops']:.1f} GFLOP/s; the step at {r['gflops'] / c['gflops']:.0%}")
+    if args.json:
+        import json
+        from pathlib import Path
+
+        Path(args.json).write_text(json.dumps(r, indent=1) + "\n")
     return 0
 
 

@@ -588,6 +588,10 @@ class ExperimentStage:
 
             t0 = time.perf_counter()
             point = roofline.roofline(cfg, min(steps, 10))
+            # the sequential loop's step (speed.compare, same runs and process) over the products' floor: no step built
+            # of these products runs faster than that against it
+            point["sequential_step_s"] = res["sequential_timed_s"] / res["timed_steps"]
+            point["speedup_bound"] = point["sequential_step_s"] / point["products_s"]
             self.data["step_roofline"] = point
             self.results.benchmarks.append({
                 "name": "experiments/sticky-step-roofline", "device": "cpu", "dtype": cfg.dtype,
