@@ -260,6 +260,8 @@ class ExperimentSizes:
     manifold_d_model: int = 64
     manifold_eval_batch: int = 256
     manifold_resamples: int = 200
+    # The step roofline's matrix-product ceilings: each timed for at least this long (seconds)
+    roofline_min_seconds: float = 0.6
 
     def __post_init__(self):
         _check_ints(self, "length", "steps", "blocks", "checkpoints", "tracked_rows", "replay_steps", "exact_steps",
@@ -269,6 +271,7 @@ class ExperimentSizes:
                     "deep_eval_batch", "mechanism_tunnel_steps", "mechanism_tunnel_batch", "conjecture_steps",
                     "conjecture_batch", "conjecture_eval_batch", "conjecture_transitions_length", "manifold_steps",
                     "manifold_batch", "manifold_d_model", "manifold_resamples")
+        _check_positive(self, "roofline_min_seconds")
         _check_ints(self, "manifold_length", minimum=3)
         _check_ints(self, "manifold_eval_batch", minimum=2)
         if self.manifold_d_model % 4:
@@ -392,12 +395,12 @@ QUICK = Profile(
                 mutant_grid=(sizes(3, 2, 2),), mechanism_grid=(sizes(2, 2, 2), sizes(3, 2, 2)), search_restarts=30, budget_s=60.0,
                 general_total_budget_s=5.0, fixed_total_budget_s=15.0, scaling_base=(3, 2, 2),
                 scaling_sweeps={"n": (2, 3, 4), "d": (1, 2, 3), "m": (1, 2, 3)}),
-    NumericSizes(api_cases=12, identity_draws=2, bench="quick", fuzz_claims=6, fuzz_budget_s=4.0, fuzz_jobs=1, sdpa_cases=60,
+    NumericSizes(api_cases=12, identity_draws=2, bench="quick", fuzz_claims=6, fuzz_budget_s=2.0, fuzz_jobs=1, sdpa_cases=60,
                  mechanism_fuzz=2, watch_repeats=1, watch_setups=("demo",), watch_min_seconds=0.0),
     ExperimentSizes(length=200, steps=150, blocks=4, checkpoints=6, tracked_rows=16,
                     fresh=(FreshGroup("torch-float64", 0, (42, 2024)), FreshGroup("torch-float32", 0, (1, 2))),
                     mstep_groups=(0,), replay_steps=20, sweep_ratios=(1, 2, 10), sweep_seeds=(42, 2024),
-                    exact_steps=10, exact_seeds=(42, 2024), speed_steps=10, speed_seeds=(42, 2024),
+                    exact_steps=10, exact_seeds=(42, 2024), speed_steps=10, speed_seeds=(42, 2024), roofline_min_seconds=0.1,
                     typicality_seeds=tuple(range(1, 7)), typicality_length=100, typicality_steps=60,
                     dynamics_instances=32, dynamics_train_steps=150,
                     tunnel_steps=200, tunnel_batch=32, tunnel_eval_batch=128, tunnel_length=32,

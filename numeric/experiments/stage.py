@@ -587,7 +587,7 @@ class ExperimentStage:
             from numeric.experiments import roofline
 
             t0 = time.perf_counter()
-            point = roofline.roofline(cfg, min(steps, 10))
+            point = roofline.roofline(cfg, min(steps, 10), min_seconds=self.sizes.roofline_min_seconds)
             # the sequential loop's step (speed.compare, same runs and process) over the products' floor: no step built
             # of these products runs faster than that against it
             point["sequential_step_s"] = res["sequential_timed_s"] / res["timed_steps"]
