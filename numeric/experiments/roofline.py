@@ -228,8 +228,9 @@ def mechanism_points(cfg, times, ceiling_gflops):
 def main(argv=None, prog="python -m numeric.experiments.roofline"):
     import argparse
 
-    parser = argparse.ArgumentParser(prog=prog, description=__doc__,
-                                     formatter_class=argparse.RawDescriptionHelpFormatter)
+    from derive import options
+
+    parser = options.parser(prog, __doc__)
     parser.add_argument("--quick", action="store_true",
                         help="T = 200 instead of the paper's 2000 (default: the paper's experiment, its five seeds x "
                              "the two arms at once)")

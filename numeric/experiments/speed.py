@@ -1,5 +1,6 @@
-"""Our batched run against the authors' way of running it: a plain sequential PyTorch loop of the
-same math (dense masked attention, torch.autograd), one seed and arm at a time.
+"""Our batched run against the authors' way of running it, the same math one seed and arm at a time.
+
+The authors' way is a plain sequential PyTorch loop (dense masked attention, torch.autograd).
 
 `compare` times both step loops in one process (the experiments stage's figure). `whole_process` runs each side as a
 process of its own, start to exit (the interpreter, the imports, the data, the training, the losses written), the
@@ -11,7 +12,6 @@ from __future__ import annotations
 
 import dataclasses
 import json
-import os
 import statistics
 import subprocess
 import sys
@@ -97,14 +97,15 @@ def whole_process(steps=200, rounds=3, threads=None, log=print):
                 out = Path(tmp) / f"{side}.pt"
                 t0 = time.perf_counter()
                 subprocess.run([sys.executable, "-m", "numeric.experiments.speed", "--side", side, "--steps", str(steps),
-                                "--threads", str(threads), "--out", str(out)], check=True, env=os.environ.copy())
+                                "--threads", str(threads), "--out", str(out)], check=True)
                 seconds[side].append(time.perf_counter() - t0)
                 got[side] = torch.load(out)
             worst = max(worst, float((got["ours"] - got["sequential"]).abs().max()))
             log(f"  round {r + 1}/{rounds}: ours {seconds['ours'][-1]:.1f} s, sequential {seconds['sequential'][-1]:.1f} s, "
                 f"ratio {seconds['sequential'][-1] / seconds['ours'][-1]:.2f}")
     ratios = [b / a for a, b in zip(seconds["ours"], seconds["sequential"])]
-    return {"steps": steps, "rounds": rounds, "threads": threads, "runs": 10, "seconds": seconds,
+    cfg = paper_config(steps)
+    return {"steps": steps, "rounds": rounds, "threads": threads, "runs": len(cfg.arms) * len(cfg.seeds), "seconds": seconds,
             "speedup_per_round": ratios, "speedup": statistics.median(ratios), "max_abs_loss_difference": worst,
             "same_numbers": worst <= WHOLE_PROCESS_TOL,
             "method": f"each side a process of its own, timed start to exit, {rounds} rounds (order alternating), "
@@ -114,8 +115,9 @@ def whole_process(steps=200, rounds=3, threads=None, log=print):
 def main(argv=None, prog="python -m numeric.experiments.speed"):
     import argparse
 
-    parser = argparse.ArgumentParser(prog=prog, description=__doc__,
-                                     formatter_class=argparse.RawDescriptionHelpFormatter)
+    from derive import options
+
+    parser = options.parser(prog, __doc__)
     parser.add_argument("--steps", type=int, default=200, help="training steps per run (default 200)")
     parser.add_argument("--rounds", type=int, default=3, help="rounds, each running both sides once (default 3)")
     parser.add_argument("--threads", type=int, default=None,
