@@ -457,6 +457,18 @@ def benchmarks_section(results, figures):
                   rows, num=nums(3, 5, 6), tex=r"@{}p{7.2cm}p{1cm}p{1.4cm}p{1.6cm}p{1.6cm}p{1.2cm}@{}")]
 
 
+def _step_floor(rf):
+    """The sentence on the step's products alone (roofline.floor) and the speed bound they set, if measured."""
+    if "products_s" not in rf:
+        return ""
+    text = (f" The step's matrix products alone, every other operation left out, take {fmt(rf['products_s'] * 1e3, 3)} "
+            f"ms ({fmt(100 * rf['products_share'], 2)}% of the step, {fmt(rf['products_gflops'], 3)} GFLOP/s)")
+    if "speedup_bound" in rf:
+        text += (f": against the sequential loop's {fmt(rf['sequential_step_s'] * 1e3, 3)} ms per step, no step built "
+                 f"of these products runs more than {fmt(rf['speedup_bound'], 2)}x faster than it")
+    return text + "."
+
+
 def experiments_section(results, figures):
     ex, claims, checks = results.get("experiments", {}), results["claims"], results["checks"]
     sm = ex.get("sticky_markov")
@@ -494,12 +506,8 @@ def experiments_section(results, figures):
             f"shape ({fmt(ceil['step_shape']['gflops'], 3)} GFLOP/s) and {fmt(100 * rf['fraction_of_square_ceiling'], 2)}% "
             f"of a {ceil['square']['shape'][0]}-square product ({fmt(ceil['square']['gflops'], 3)} GFLOP/s), measured in "
             f"the same run; the threads idle {fmt(100 * rf['thread_idle_share'], 2)}% of the time. Per component: "
-            + ", ".join(f"{k} {fmt(v * 1e3, 2)} ms" for k, v in rf["components_s"].items()) + "."
-            + (f" The step's matrix products alone, every other operation left out, take {fmt(rf['products_s'] * 1e3, 3)} ms "
-               f"({fmt(100 * rf['products_share'], 2)}% of the step, {fmt(rf['products_gflops'], 3)} GFLOP/s)"
-               + (f": against the sequential loop's {fmt(rf['sequential_step_s'] * 1e3, 3)} ms per step, no step built of "
-                  f"these products runs more than {fmt(rf['speedup_bound'], 2)}x faster than it" if "speedup_bound" in rf else "")
-               + "." if "products_s" in rf else "")], id="step-roofline")))
+            + ", ".join(f"{k} {fmt(v * 1e3, 2)} ms" for k, v in rf["components_s"].items()) + "." + _step_floor(rf)],
+            id="step-roofline")))
         if "step_profile" in figures:
             out.append(html(Figure("step_profile", id="fig-step_profile")))
     deep, grid = v.deep_view(ex, claims), v.grid_view(ex, claims)

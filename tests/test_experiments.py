@@ -4,6 +4,8 @@ import itertools
 import math
 
 import numpy as np
+import sys
+
 import pytest
 import torch
 
@@ -237,6 +239,28 @@ def test_whole_process_speed_runs_each_side_as_a_process_of_its_own_on_the_same_
     for bad in (["--rounds", "0"], ["--steps", "-1"], ["--side", "ours"]):
         with pytest.raises(SystemExit):
             speed.main(bad)
+
+
+def test_whole_process_speed_exits_1_when_the_sides_differ_or_a_side_fails(monkeypatch, capsys):
+    import subprocess
+
+    from numeric.experiments import speed
+
+    record = {"steps": 2, "runs": 10, "threads": 1, "seconds": {"ours": [1.0], "sequential": [4.0]},
+              "speedup": 4.0, "speedup_per_round": [4.0], "max_abs_loss_difference": 1e-3, "same_numbers": False}
+    monkeypatch.setattr(speed, "whole_process", lambda *a: record)
+    assert speed.main(["--steps", "2", "--rounds", "1"]) == 1
+    assert "differ by more than" in capsys.readouterr().err
+    monkeypatch.setattr(speed, "whole_process", lambda *a: {**record, "max_abs_loss_difference": 0.0,
+                                                            "same_numbers": True})
+    assert speed.main(["--steps", "2", "--rounds", "1"]) == 0
+
+    def fails(*a):
+        raise subprocess.CalledProcessError(3, [sys.executable, "-m", "numeric.experiments.speed", "--side", "ours"])
+
+    monkeypatch.setattr(speed, "whole_process", fails)
+    assert speed.main(["--steps", "2", "--rounds", "1"]) == 1
+    assert "the ours side's process failed (exit status 3)" in capsys.readouterr().err
 
 
 def test_speedup_statistics():

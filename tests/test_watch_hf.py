@@ -382,31 +382,27 @@ def test_hf_t5_eager_records_add_the_position_bias():
     assert biased == 2  # the encoder's and the decoder's self-attention carry the bias
 
 
-def test_lens_clip_qkv_is_refused_whatever_the_positional_embedding():
-    _, HookedTransformerConfig = _lens()
-    from transformer_lens import HookedTransformer
-    for extra in ({}, dict(positional_embedding_type="rotary", rotary_dim=4)):
-        cfg = HookedTransformerConfig(n_layers=1, d_model=16, n_ctx=8, d_head=4, n_heads=4, d_vocab=VOCAB,
-                                      act_fn="gelu", clip_qkv=0.05, **extra)
-        with warnings.catch_warnings():
-            warnings.simplefilter("ignore")
-            model = HookedTransformer(cfg)
-        with pytest.raises(ValueError, match="clip_qkv"):
-            with watch(model):
-                pass
-
-
-def test_lens_softcap_is_refused():
-    _, HookedTransformerConfig = _lens()
-    from transformer_lens import HookedTransformer
+def _lens_refuses(match, **options):
+    """A one-block HookedTransformer with `options` (its construction warnings silenced): watching it is refused with
+    an error naming `match`."""
+    HookedTransformer, HookedTransformerConfig = _lens()
     cfg = HookedTransformerConfig(n_layers=1, d_model=16, n_ctx=8, d_head=4, n_heads=4, d_vocab=VOCAB, act_fn="gelu",
-                                  attn_scores_soft_cap=5.0)
+                                  **options)
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
         model = HookedTransformer(cfg)
-    with pytest.raises(ValueError, match="attn_scores_soft_cap"):
+    with pytest.raises(ValueError, match=match):
         with watch(model):
             pass
+
+
+def test_lens_clip_qkv_is_refused_whatever_the_positional_embedding():
+    for extra in ({}, dict(positional_embedding_type="rotary", rotary_dim=4)):
+        _lens_refuses("clip_qkv", clip_qkv=0.05, **extra)
+
+
+def test_lens_softcap_is_refused():
+    _lens_refuses("attn_scores_soft_cap", attn_scores_soft_cap=5.0)
 
 
 # -- without the extra -------------------------------------------------------------------------------------

@@ -104,14 +104,13 @@ def _step(data, params, lrs, mstep, scale, blocks, work, mark=None):
     sticky.descend(params, data, scale, blocks, mstep, lrs, work, mark=mark)
 
 
-def products(data, params, scale, blocks, work, mark=None):
+def products(data, params, scale, blocks, work):
     """The step's matrix products alone, at its shapes and on its operands, every other operation left out: the
     projections q, k, v; per query block the scores, alpha V, the readout's three, B = u V^T, dQ = dS K, dK = dS^T Q
     and dV = alpha^T u (the scores' tile standing in for alpha and dS, whose values do not change a product's time);
     the parameter gradients. A step cannot take less than this with these products (`floor` times it)."""
     x, w_o = data.x, params[3]
     q, k, v = (x @ w for w in params[:3])
-    T = x.shape[-2]
     u = torch.empty_like(v)
     for lo, hi, _ in blocks:
         qb, kt = q[..., lo:hi, :], k[..., :hi, :].mT
@@ -128,13 +127,12 @@ def products(data, params, scale, blocks, work, mark=None):
         ub.mT @ tile
     for g in (q, k, v):
         x.mT @ g
-    return T
 
 
-def floor(cfg, steps=10, device="cpu"):
+def floor(cfg, steps=10, device="cpu", state=None):
     """Seconds per step of `products` alone (cfg's arms and seeds at once), after one warm-up: the time a step could
-    reach if every operation other than its matrix products cost nothing."""
-    data, params, _, _, scale, blocks, work = _setup(cfg, device)
+    reach if every operation other than its matrix products cost nothing. `state`: `_setup`'s, when already made."""
+    data, params, _, _, scale, blocks, work = state or _setup(cfg, device)
     products(data, params, scale, blocks, work)
     t0 = time.perf_counter()
     for _ in range(steps):
@@ -142,13 +140,14 @@ def floor(cfg, steps=10, device="cpu"):
     return (time.perf_counter() - t0) / steps
 
 
-def profile(cfg, steps=10, device="cpu"):
+def profile(cfg, steps=10, device="cpu", state=None):
     """Seconds per step of the sticky step (cfg's arms and seeds at once), in total (unmarked steps) and per
     component (marked steps; `other` is the marked step's time outside every mark), the threads' idle share (1 - the
     process's CPU time over wall time x threads: a thread that spins while it waits counts as busy, so this is a lower
-    bound), the FLOPs from the shapes and as torch's counter sees them in one step, and the achieved GFLOP/s."""
+    bound), the FLOPs from the shapes and as torch's counter sees them in one step, and the achieved GFLOP/s. `state`:
+    `_setup`'s, when already made (its parameters are trained by the timed steps)."""
     cfg.validate()
-    state = _setup(cfg, device)
+    state = state or _setup(cfg, device)
     _step(*state)  # warm-up
     threads = torch.get_num_threads()
     t0, c0 = time.perf_counter(), time.process_time()
@@ -183,8 +182,10 @@ def profile(cfg, steps=10, device="cpu"):
 def roofline(cfg, steps=10, device="cpu", min_seconds=0.6):
     """profile(cfg), the products' floor (`floor`: seconds per step of the step's matrix products alone, their GFLOP/s
     and their share of the step) and the ceiling at its largest product, with the step's fraction of each ceiling."""
-    prof = profile(cfg, steps, device)
-    products_s = floor(cfg, steps, device)
+    cfg.validate()
+    state = _setup(cfg, device)  # the data and buffers, made once for the profile and the floor
+    prof = profile(cfg, steps, device, state)
+    products_s = floor(cfg, steps, device, state)
     lo, hi, _ = sticky._blocks(_positions(cfg), cfg.blocks)[-1]
     ceil = ceiling(prof["runs"], hi - lo, hi, sticky.lane_width(cfg.d_k), min_seconds)
     return {**prof, "ceiling": ceil, "products_s": products_s, "products_gflops": _gflops(prof["flops"], products_s),

@@ -133,8 +133,13 @@ def main(argv=None, prog="python -m numeric.experiments.speed"):
             parser.error("--side needs --out")
         _side(args.side, args.steps, args.threads or 1, args.out)
         return 0
-    r = whole_process(args.steps, args.rounds, args.threads)
-    print(f"whole process, {r['steps']} steps, 5 seeds x 2 arms, {r['threads']} threads: ours "
+    try:
+        r = whole_process(args.steps, args.rounds, args.threads)
+    except subprocess.CalledProcessError as exc:
+        print(f"{prog}: the {exc.cmd[4]} side's process failed (exit status {exc.returncode}); its error is above",
+              file=sys.stderr)
+        return 1
+    print(f"whole process, {r['steps']} steps, {r['runs']} runs (5 seeds x 2 arms), {r['threads']} threads: ours "
           f"{statistics.median(r['seconds']['ours']):.1f} s, sequential {statistics.median(r['seconds']['sequential']):.1f} s, "
           f"speedup {r['speedup']:.2f}x (rounds {', '.join(f'{x:.2f}' for x in r['speedup_per_round'])}); "
           f"max loss difference {r['max_abs_loss_difference']:.1e}")
