@@ -95,3 +95,51 @@ def test_a_users_mechanism_called_lstm_trains_as_itself_beside_the_baselines(loa
     assert ml.layer("lstm") is mechanisms.get("lstm").layer and ml.layer("lstm") is not ml.layer("torch-lstm")
     names = ml.trainable()
     assert len(set(names)) == len(names) and {"lstm", "torch-lstm", "torch-lstm-wide"} <= set(names)
+
+
+def _scan_inputs(dtype, R=2, S=3, B=4, T=7, h=5, seed=0):
+    g = torch.Generator().manual_seed(seed)
+    pre = torch.randn(R, S, B, T, 4 * h, generator=g, dtype=dtype).requires_grad_(True)
+    w = (torch.randn(R, S, 1, h, 4 * h, generator=g, dtype=dtype) * 0.5).requires_grad_(True)
+    return pre, w, torch.randn(R, S, B, T, h, generator=g, dtype=dtype)
+
+
+@pytest.mark.parametrize("dtype, tol", [(torch.float64, 1e-12), (torch.float32, 1e-5)])
+def test_the_fused_scan_and_its_backward_equal_autograd_through_the_plain_scan(dtype, tol):
+    """lstm.Scan (one node, the LSTM's own backpropagation through time) against reference_scan differentiated by
+    autograd: outputs and both gradients, relative to their largest entry, per dtype."""
+    pre, w, probe = _scan_inputs(dtype)
+    ours, ref = lstm.scan(pre, w), lstm.reference_scan(pre, w)
+    assert ours.grad_fn is not None and "Scan" in type(ours.grad_fn).__name__  # the fused path, not the fallback
+    torch.testing.assert_close(ours, ref, rtol=tol, atol=tol)
+    got = torch.autograd.grad((ours * probe).sum(), [pre, w])
+    want = torch.autograd.grad((ref * probe).sum(), [pre, w])
+    for a, b in zip(got, want):
+        assert float((a - b).abs().max() / b.abs().max()) < tol
+    # a negative control: the scan's gradient with the forget gate's own term left out (f held constant, as a
+    # backward that dropped dz_f would compute) is caught by the same comparison
+    def forgetful(pre, w_h):
+        hdim = w_h.shape[-1] // 4
+        h = c = pre.new_zeros((*pre.shape[:-2], hdim))
+        out = []
+        for t in range(pre.shape[-2]):
+            z = pre[..., t, :] + h @ w_h.squeeze(-3)
+            i, f, o = z[..., :3 * hdim].sigmoid().split(hdim, -1)
+            c = f.detach() * c + i * torch.tanh(z[..., 3 * hdim:])
+            h = o * torch.tanh(c)
+            out.append(h)
+        return torch.stack(out, -2)
+
+    bad = forgetful(pre, w)
+    torch.testing.assert_close(bad, ref, rtol=tol, atol=tol)  # the same values: only the gradient is wrong
+    wrong = torch.autograd.grad((bad * probe).sum(), [pre, w])
+    assert all(float((a - b).abs().max() / b.abs().max()) > 1e-3 for a, b in zip(got, wrong))
+
+
+def test_the_scan_falls_back_to_autograd_where_weights_broadcast_over_runs():
+    """Weights shared across runs (no matrix per run of pre's leading axes) take reference_scan: same values."""
+    pre, w, _ = _scan_inputs(torch.float64)
+    shared = w[:1, :1].detach().clone().requires_grad_(True)  # (1, 1, 1, h, 4h) against pre's (2, 3, ...)
+    out = lstm.scan(pre, shared)
+    assert "Scan" not in type(out.grad_fn).__name__
+    torch.testing.assert_close(out, lstm.reference_scan(pre, shared), rtol=0, atol=0)

@@ -148,12 +148,9 @@ def query_positions(cfg, y):
     V = cfg.values
     key = y[:, :-1] < V
     seen = torch.zeros_like(key)
-    for b in range(y.shape[0]):
-        shown = set()
-        for t in range(0, y.shape[1] - 1, 2):
-            k = int(y[b, t])
-            seen[b, t] = k in shown
-            shown.add(k)
+    shown = y[:, 0:y.shape[1] - 1:2]  # (B, P): the tokens at the even positions, where a pair's key stands
+    earlier = torch.ones(shown.shape[1], shown.shape[1], dtype=torch.bool).tril(-1)  # [t, t']: t' before t
+    seen[:, 0:y.shape[1] - 1:2] = ((shown[:, :, None] == shown[:, None, :]) & earlier).any(-1)
     return key, seen
 
 

@@ -67,7 +67,7 @@ class LSTM(Layer):
         return {n: tuple(sizes[d] for d in shape) for n, shape in self.own.items()}
 
     def mix(self, p, x):
-        """h_t for every position (..., T, h): the scan, one step per position."""
+        """h_t for every position (..., T, h): the scan, one step per position (`scan`)."""
         import torch
 
         # The gates' and the candidate's weights joined once, so each position costs one recurrent product
@@ -75,19 +75,7 @@ class LSTM(Layer):
         w_x = torch.cat([p["W_x"], p["W_xg"]], -1)
         w_h = torch.cat([p["W_h"], p["W_hg"]], -1)
         pre = project(x, w_x) + torch.cat([p["b"], p["b_g"]], -1)[..., None, :]  # (..., T, 4h)
-        hdim = p["W_hg"].shape[-1]
-        lead = torch.broadcast_shapes(pre.shape[:-2], w_h.shape[:-2])
-        h = pre.new_zeros((*lead, hdim))
-        c = pre.new_zeros((*lead, hdim))
-        out = []
-        for t in range(x.shape[-2]):
-            z = pre[..., t, :] + _recurrent(h, w_h)
-            i, f, o = z[..., :GATES * hdim].sigmoid().split(hdim, -1)
-            g = torch.tanh(z[..., GATES * hdim:])
-            c = f * c + i * g
-            h = o * torch.tanh(c)
-            out.append(h)
-        return torch.stack(out, -2)
+        return scan(pre, w_h)
 
     def weights(self, p, x, mask):
         raise NotImplementedError(NO_WEIGHTS)
@@ -99,12 +87,118 @@ class LSTM(Layer):
 NO_WEIGHTS = "an LSTM has no closed-form weights over positions (it is not in the mechanisms table)"
 
 
+def scan(pre, w_h):
+    """h_t (..., T, h) from the pre-activations pre (..., T, 4h) (x_t W_x + b, gate order i, f, o, g) and the recurrent
+    weights w_h (..., h, 4h), or (..., 1, h, 4h) against a batch axis of pre (the tunnel's (R, S, B, T, 4h): one
+    product per run over its B rows). Where w_h holds one matrix per run of pre's batch, the scan is `Scan`: one
+    autograd node whose backward is the LSTM's own backpropagation through time, a few fused operations per position
+    instead of a graph of them (tests/test_lstm.py holds it to autograd through `reference_scan`). Otherwise
+    `reference_scan`."""
+    w = w_h.squeeze(-3) if w_h.dim() == pre.dim() and w_h.shape[-3] == 1 else None
+    if w is not None and w.shape[:-2] == pre.shape[:-3] and pre.dim() >= 3:
+        return Scan.apply(pre, w)
+    return reference_scan(pre, w_h)
+
+
+def reference_scan(pre, w_h):
+    """The scan as plain torch operations, differentiated by autograd: the definition `Scan` is checked against."""
+    import torch
+
+    hdim = w_h.shape[-1] // (GATES + 1)
+    lead = torch.broadcast_shapes(pre.shape[:-2], w_h.shape[:-2])
+    h = pre.new_zeros((*lead, hdim))
+    c = pre.new_zeros((*lead, hdim))
+    out = []
+    for t in range(pre.shape[-2]):
+        z = pre[..., t, :] + _recurrent(h, w_h)
+        i, f, o = z[..., :GATES * hdim].sigmoid().split(hdim, -1)
+        g = torch.tanh(z[..., GATES * hdim:])
+        c = f * c + i * g
+        h = o * torch.tanh(c)
+        out.append(h)
+    return torch.stack(out, -2)
+
+
+def _scan_class():
+    import torch
+
+    class Scan(torch.autograd.Function):
+        """The LSTM scan over pre (..., B, T, 4h) with w (..., h, 4h), one matrix per run of pre's leading axes.
+
+        Backward, per position from the last (dh, dc carried from position t+1; s = sigma, the gates i, f, o):
+            dh_t = dH_t + dh',  dc_t = dc' + dh_t o (1 - tanh^2 c_t),
+            dz_t = [dc_t g i(1-i), dc_t c_{t-1} f(1-f), dh_t tanh(c_t) o(1-o), dc_t i (1-g^2)],
+            dh' = dz_t w^T,  dc' = dc_t f;
+        then d pre = dz and dw = sum over B and T of h_{t-1}^T dz_t, one product. Every coefficient that depends
+        only on the forward's values is formed once over all positions, so each position costs six operations."""
+
+        @staticmethod
+        def forward(ctx, pre, w):
+            hdim = w.shape[-1] // (GATES + 1)
+            lead, T = pre.shape[:-2], pre.shape[-2]
+            h = pre.new_zeros((*lead, hdim))
+            c = pre.new_zeros((*lead, hdim))
+            gates, cands, cells, tanhs, hs = [], [], [], [], []
+            for t in range(T):
+                z = torch.matmul(h, w).add_(pre[..., t, :])
+                s = z[..., :GATES * hdim].sigmoid()
+                g = z[..., GATES * hdim:].tanh()
+                i, f, o = s.split(hdim, -1)
+                c = torch.addcmul(f * c, i, g)
+                tc = c.tanh()
+                h = o * tc
+                gates.append(s), cands.append(g), cells.append(c), tanhs.append(tc), hs.append(h)
+            H = torch.stack(hs, -2)
+            ctx.save_for_backward(w, H, torch.stack(gates, -2), torch.stack(cands, -2), torch.stack(cells, -2),
+                                  torch.stack(tanhs, -2))
+            return H
+
+        @staticmethod
+        @torch.autograd.function.once_differentiable
+        def backward(ctx, dH):
+            w, H, S, G, C, TC = ctx.saved_tensors
+            hdim, T = G.shape[-1], G.shape[-2]
+            i, f, o = S.split(hdim, -1)
+            zero = C.new_zeros((*C.shape[:-2], 1, hdim))
+            c_prev = torch.cat([zero, C[..., :-1, :]], -2)
+            h_prev = torch.cat([zero, H[..., :-1, :]], -2)
+            A = o * (1 - TC * TC)  # d c_t / d h_t through h = o tanh(c)
+            P = torch.cat([G * i * (1 - i), c_prev * f * (1 - f), TC * o * (1 - o), i * (1 - G * G)], -1)  # dz's layout
+            wT = w.mT
+            dZ = torch.empty_like(P)
+            dh = dc = None
+            for t in range(T - 1, -1, -1):
+                dh_t = dH[..., t, :] if dh is None else dH[..., t, :] + dh
+                dc_t = dh_t * A[..., t, :] if dc is None else torch.addcmul(dc, dh_t, A[..., t, :])
+                dz = torch.mul(torch.cat([dc_t, dc_t, dh_t, dc_t], -1), P[..., t, :], out=dZ[..., t, :])
+                dh = torch.matmul(dz, wT)
+                dc = dc_t * f[..., t, :]
+            rows = (*h_prev.shape[:-3], h_prev.shape[-3] * T)
+            dw = h_prev.reshape(*rows, hdim).mT @ dZ.reshape(*rows, dZ.shape[-1])
+            return dZ, dw
+
+    return Scan
+
+
 def _recurrent(h, w):
     """h_{t-1} W per run: h (..., B, h) against w (..., 1, h, k) (the tunnel's batch axis: B rows, one product per
     run), or h (..., h) against w (..., h, k) (one row per run)."""
     if w.dim() == h.dim() + 1 and w.shape[-3] == 1:
         return h @ w.squeeze(-3)
     return (h[..., None, :] @ w).squeeze(-2)
+
+
+class _LazyScan:
+    """`Scan`, built on first use (torch is imported by the layer's methods, not by this module)."""
+    _cls = None
+
+    def apply(self, *args):
+        if _LazyScan._cls is None:
+            _LazyScan._cls = _scan_class()
+        return _LazyScan._cls.apply(*args)
+
+
+Scan = _LazyScan()
 
 
 def _registered():

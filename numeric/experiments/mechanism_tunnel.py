@@ -151,26 +151,35 @@ def _entropy_bits(q):
     return -(q * torch.log(q.clamp_min(1e-300))).sum(-1) / math.log(2)
 
 
-@functools.lru_cache(maxsize=4)
 def _held_out(cfg, seeds, offset):
     """The held-out sequences of `seeds` (generator seed + offset): inputs, tokens and the Bayes predictive, the same
-    for every mechanism, so computed once per process (a worker trains several mechanisms on one config)."""
+    for every mechanism and every sweep of rates, so computed once per process and task (`_held_out_of`)."""
+    return _held_out_of(cfg.tunnel, tuple(seeds), offset)
+
+
+@functools.lru_cache(maxsize=8)
+def _held_out_of(tunnel, seeds, offset):
+    cfg = MechanismTunnelConfig(tunnel=tunnel)  # what the sequences depend on: the task and its sizes
     gens = [torch.Generator().manual_seed(int(s) + offset) for s in seeds]
-    x, _, ys = _batch(cfg, gens, cfg.tunnel.eval_batch)
+    x, _, ys = _batch(cfg, gens, tunnel.eval_batch)
     task = task_of(cfg)
-    bayes = torch.stack([task.bayes_predictive(cfg.tunnel, yy) for yy in ys])[None]  # (1, S, B, T, K)
+    bayes = torch.stack([task.bayes_predictive(tunnel, yy) for yy in ys])[None]  # (1, S, B, T, K)
     return x, ys, bayes
 
 
-@functools.lru_cache(maxsize=4)
 def _floor_scores(cfg, seeds):
-    """The task's floors scored on the held-out sequences, per seed (as `_held_out`, once per process)."""
-    task, t = task_of(cfg), cfg.tunnel
-    _, ys, bayes = _held_out(cfg, seeds, 99)
+    """The task's floors scored on the held-out sequences, per seed (as `_held_out`, once per process and task)."""
+    return _floor_scores_of(cfg.tunnel, tuple(seeds))
+
+
+@functools.lru_cache(maxsize=8)
+def _floor_scores_of(tunnel, seeds):
+    task = task_of(MechanismTunnelConfig(tunnel=tunnel))
+    _, ys, bayes = _held_out_of(tunnel, seeds, 99)
     ent_b = _entropy_bits(bayes)
-    return [{name: {**task.scores(t, ys[s], f, bayes[0, s]),
+    return [{name: {**task.scores(tunnel, ys[s], f, bayes[0, s]),
                     "entropy_mae_bits": float((_entropy_bits(f) - ent_b[0, s]).abs().mean())}
-             for name, f in task.floors(t, ys[s]).items()} for s in range(len(seeds))]
+             for name, f in task.floors(tunnel, ys[s]).items()} for s in range(len(seeds))]
 
 
 def _evaluate(cfg, mechanism, params, seeds, offset):
