@@ -138,8 +138,11 @@ def _batch(cfg, gens, batch, dtype=torch.float64):
 def train_task(cfg, mechanism, seeds, where=None):
     """Every run (arm x learning rate) of `mechanism` on `seeds` (torch on one thread inside the call), then the
     evaluation. Pure."""
+    from numeric.experiments.mechanism_grid import large_allocations
+
     threads = torch.get_num_threads()
     torch.set_num_threads(1)
+    large_allocations()  # in a Dask worker, glibc's thresholds as outside one (3.4x on softmax's loop here)
     try:
         ml.ensure(mechanism, where)  # a user's mechanism, in a worker that has not loaded its file
         return _train(cfg, mechanism, tuple(seeds))

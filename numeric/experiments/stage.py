@@ -92,6 +92,64 @@ class ExperimentStage:
         """The `threads` given, else derive.results.default_threads() (the user's OMP/MKL setting, or 2)."""
         return int(self.threads) if self.threads else default_threads()
 
+    @property
+    def side(self):
+        """The smaller trainings, each a pure function fn(cfg, device, **keywords) of the current configs: {job:
+        (cache name, cfg, fn, keywords)}. `prefetch` runs them as one campaign; each experiment reads its own from
+        the cache (`_side`)."""
+        deep, tunnel = self.cfgs["deep"], self.cfgs["tunnel"]
+        frozen = dataclasses.replace(deep, layers=1)  # W1's constructed run (`_frozen_deep`)
+        return {
+            "manifold": (f"value-manifold-{gpt_tunnel.EVALUATION}", self.cfgs["manifold"], gpt_tunnel.run, {}),
+            "deep": (f"deep-watch-{deep_watch.EVALUATION}", deep, _deep_run, {}),
+            "deep-frozen": (f"deep-watch-{deep_watch.EVALUATION}-frozen-routing-{frozen.every}", frozen, _deep_run,
+                            {"freeze_routing": frozen.every}),
+            **{f"tunnel-{arm}": (f"tunnel-{windtunnel.EVALUATION}-{arm}", tunnel, _tunnel_arm, {"arm": arm})
+               for arm in ("sgd", "em_like")}}
+
+    def prefetch(self):
+        """The smaller trainings (`side`: V1's model, W1's deep model and its frozen-routing control, E5's two arms)
+        as one campaign on the stage's cluster, each task on one thread, the longest first. On this stage's 2 CPU
+        threads these small models gain little from a second thread (V1's steps: 1.4x), so two of them side by side,
+        one each, finish sooner than one after another on both. Results go to the stage's cache, where each
+        experiment finds its own; a task that fails is trained again by its experiment, in this process. Only on a
+        CPU device with at least 2 threads (elsewhere each trains where it is read). results.json
+        experiments.side_trainings: the campaign's figures."""
+        if str(self.device) != "cpu" or self.thread_count() < 2:
+            return
+        side = self.side
+        todo = {job: entry for job, entry in side.items()
+                if self.cache.load(self.cache.key(entry[0], entry[1], self.device), self.log) is None}
+        if not todo:
+            return
+        order = list(side)  # priority: the order of `side`, its longest job first
+        tasks = [campaign.Task(f"side/{job}", _on_one_thread, (fn, cfg, self.device, kw), priority=len(order) - order.index(job))
+                 for job, (_, cfg, fn, kw) in todo.items()]
+        t0 = time.perf_counter()
+        outcome = campaign.run(tasks, cluster=self.campaign, log=self.log, label="side-trainings")
+        for (job, (name, cfg, _, _)), result in zip(todo.items(), outcome.results):
+            if result is not None:
+                sticky.save_atomic(result, self.cache.key(name, cfg, self.device))
+        self.data["side_trainings"] = {"jobs": list(todo), "workers": outcome.workers, "computed": outcome.computed,
+                                       "failed": outcome.failed, "wall_s": time.perf_counter() - t0}
+
+    def _side(self, job, bar=None):
+        """The job's result from the cache, or trained here on the stage's threads (and cached). `bar`: (steps, what)
+        of a progress bar shown while it trains here."""
+        name, cfg, fn, kw = self.side[job]
+
+        def run():
+            extra = {"threads": self.thread_count()} if fn is gpt_tunnel.run else {}
+            if bar is None:
+                return fn(cfg, self.device, **kw, **extra)
+            progress = Progress(*bar, self.log)
+            try:
+                return fn(cfg, self.device, **kw, **extra, progress=lambda: progress.update(1))
+            finally:
+                progress.close()
+
+        return self.cache.get_or_run(name, cfg, self.device, run, self.log)
+
     def run(self):
         try:
             self._run()
@@ -114,6 +172,7 @@ class ExperimentStage:
         self.sweep()
         self.speed()
         self.simulations()
+        self.prefetch()
         self.tunnel()
         self.deep_model()
         self.value_manifold()
@@ -510,20 +569,11 @@ class ExperimentStage:
         attention reads the earlier layers' values, which keep learning: no parameter freeze fixes it there),
         every optimizer and seed, its routing (deep_watch.routing_parameters) frozen after the first watched
         interval; the W1 rule's input is its drifts. Returns (rule input, what results.json keeps)."""
-        cfg = dataclasses.replace(self.cfgs["deep"], layers=1)
-        freeze = cfg.every
-
-        def run():
-            total = cfg.steps * len(cfg.seeds) * len(deep_watch.OPTIMIZERS)
-            bar = Progress(total, f"deep-watch-frozen-routing ({len(deep_watch.OPTIMIZERS)} optimizers x "
-                                  f"{len(cfg.seeds)} seeds, 1 layer)", self.log)
-            t0 = time.perf_counter()
-            out = deep_watch.run(cfg, self.device, progress=lambda: bar.update(1), freeze_routing=freeze)
-            bar.close()
-            return {**out, "seconds": time.perf_counter() - t0}
-
-        out = self.cache.get_or_run(f"deep-watch-{deep_watch.EVALUATION}-frozen-routing-{freeze}", cfg, self.device, run,
-                                    self.log)
+        _, cfg, _, kw = self.side["deep-frozen"]
+        freeze = kw["freeze_routing"]
+        out = self._side("deep-frozen", (cfg.steps * len(cfg.seeds) * len(deep_watch.OPTIMIZERS),
+                                         f"deep-watch-frozen-routing ({len(deep_watch.OPTIMIZERS)} optimizers x "
+                                         f"{len(cfg.seeds)} seeds, 1 layer)"))
         return {"optimizers": deep_watch.rule_inputs(out, cfg)}, {
             "seeds": list(cfg.seeds), "steps": cfg.steps, "layers": cfg.layers, "heads": cfg.heads,
             "freeze_after_step": freeze, "train_seconds": out["seconds"], "finite": deep_watch.finite(out)}
@@ -633,11 +683,7 @@ class ExperimentStage:
         t0 = time.perf_counter()
         out = {}
         for arm in ("sgd", "em_like"):
-            def run(arm=arm):
-                model, curve = windtunnel.train(cfg, arm, self.device)
-                return {"curve": curve[:: max(1, len(curve) // 200)], **windtunnel.evaluate(cfg, model)}
-
-            out[arm] = self.cache.get_or_run(f"tunnel-{windtunnel.EVALUATION}-{arm}", cfg, self.device, run, self.log)
+            out[arm] = self._side(f"tunnel-{arm}")
         self.data["wind_tunnel"] = {"config": dataclasses.asdict(cfg), "arms": out}
         finite = all(math.isfinite(out[a]["kl_bits"]) for a in out)
         self._check("experiments/wind-tunnel", "E5", finite, time.perf_counter() - t0,
@@ -691,16 +737,8 @@ class ExperimentStage:
         rule on the watcher's routing and value drifts per layer x head."""
         cfg = self.cfgs["deep"]
         t0 = time.perf_counter()
-
-        def run():
-            total = cfg.steps * len(cfg.seeds) * len(deep_watch.OPTIMIZERS)
-            bar = Progress(total, f"deep-watch ({len(deep_watch.OPTIMIZERS)} optimizers x {len(cfg.seeds)} seeds)", self.log)
-            start = time.perf_counter()
-            out = deep_watch.run(cfg, self.device, progress=lambda: bar.update(1))
-            bar.close()
-            return {**out, "seconds": time.perf_counter() - start}
-
-        out = self.cache.get_or_run(f"deep-watch-{deep_watch.EVALUATION}", cfg, self.device, run, self.log)
+        out = self._side("deep", (cfg.steps * len(cfg.seeds) * len(deep_watch.OPTIMIZERS),
+                                  f"deep-watch ({len(deep_watch.OPTIMIZERS)} optimizers x {len(cfg.seeds)} seeds)"))
         self._measurements["W1"] = {"optimizers": deep_watch.rule_inputs(out, cfg)}
         rule = REGISTRY["W1"].rule(**self._measurements["W1"])
         data = deep_watch.summarise(out, cfg, rule.measured["optimizers"])
@@ -725,8 +763,7 @@ class ExperimentStage:
         the exact Bayes entropy, with its controls: results.json experiments.value_manifold."""
         cfg = self.cfgs["manifold"]
         t0 = time.perf_counter()
-        out = _plain(self.cache.get_or_run(f"value-manifold-{gpt_tunnel.EVALUATION}", cfg, self.device,
-                                           lambda: gpt_tunnel.run(cfg, self.device, self.thread_count()), self.log))
+        out = _plain(self._side("manifold"))
         by_model = REGISTRY["V1"].rule(out["model"], reference="model")
         by_bayes = REGISTRY["V1"].rule(out["bayes"], reference="bayes")
         controls = rules.v1_controls({"units": out["model"], "shuffled": out["shuffled"], "seed": self.seed})
@@ -823,6 +860,32 @@ class ExperimentStage:
                 "shape": {"length": T, "arms": len(cfg.arms), "seeds": 1, "blocks": cfg.blocks}, "threads": 1,
                 "ours_s": t["median_s"], "rounds_s": t["rounds_s"], "reference": ref, "reference_s": ref_s,
                 "ratio": t["median_s"] / ref_s})
+
+
+def _tunnel_arm(cfg, device, arm):
+    """E5's model trained on one arm, then evaluated: what the stage keeps per arm."""
+    model, curve = windtunnel.train(cfg, arm, device)
+    return {"curve": curve[:: max(1, len(curve) // 200)], **windtunnel.evaluate(cfg, model)}
+
+
+def _deep_run(cfg, device, freeze_routing=None, progress=None):
+    """The watched deep model, every optimizer and seed (deep_watch.run), with its training seconds."""
+    t0 = time.perf_counter()
+    out = deep_watch.run(cfg, device, progress=progress, freeze_routing=freeze_routing)
+    return {**out, "seconds": time.perf_counter() - t0}
+
+
+def _on_one_thread(fn, cfg, device, kw):
+    """fn(cfg, device, **kw) on one torch thread, the caller's count restored after: a task of `prefetch`."""
+    from numeric.experiments.mechanism_grid import large_allocations
+
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)
+    large_allocations()  # a Dask worker's malloc thresholds otherwise about double a step (mechanism_grid)
+    try:
+        return fn(cfg, device, **kw)
+    finally:
+        torch.set_num_threads(threads)
 
 
 def _roofline_points(cfg, times):
