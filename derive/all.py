@@ -43,7 +43,7 @@ class UsageError(Exception):
 def parse_args(argv, prog="python -m derive.all"):
     p = options.parser(prog, __doc__, parents=[
         options.profile(("quick", "default"), help="the sizes of every stage (quick: the CPU-CI profile, about a "
-                                                   "minute on 2 cores; default: 17-21 minutes)"),
+                                                   "minute on 2 cores; default: 17-25 minutes)"),
         options.out_dir(help="directory of results.json, the report and the experiments' cache"),
         options.device(help="torch device of the numeric and experiments stages (auto: CUDA when torch sees one)"),
         options.seed()],

@@ -241,7 +241,7 @@ def _train(cfg, mechanism, seeds):
 
 
 def tasks(cfg):
-    """One campaign task per mechanism and group of seeds. The baselines (a Python loop over positions per step, the
+    """One campaign task per mechanism and group of seeds. The baselines (a loop over positions per step, the
     campaign's longest tasks) start first, so that on a few workers no one of them is left running alone at the end."""
     from numeric import campaign
 
