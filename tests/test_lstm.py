@@ -143,3 +143,11 @@ def test_the_scan_falls_back_to_autograd_where_weights_broadcast_over_runs():
     out = lstm.scan(pre, shared)
     assert "Scan" not in type(out.grad_fn).__name__
     torch.testing.assert_close(out, lstm.reference_scan(pre, shared), rtol=0, atol=0)
+    # one sequence, no run axes at all (T, 4h) against (h, 4h): torch.nn.LSTM's own numbers
+    lay = ml.layer("torch-lstm")
+    sh = lay.shapes({"d_in": 6, "d_k": 4, "d_v": 4, "m": 5})
+    g = torch.Generator().manual_seed(1)
+    p = {n: torch.randn(*s, generator=g, dtype=torch.float64) * 0.5 for n, s in sh.items()}
+    x = torch.randn(9, 6, generator=g, dtype=torch.float64)
+    ref, _ = _torch_lstm({n: v[None, None] for n, v in p.items()}, 0, 0, 6, sh["W_hg"][0])(x[None])
+    torch.testing.assert_close(lay.mix(p, x), ref[0], rtol=1e-12, atol=1e-13)

@@ -24,6 +24,8 @@ about three times it, so a failure is not a matter of size. Their names hold a h
 """
 from __future__ import annotations
 
+import functools
+
 from derive.mechanisms.layer import Layer, project
 
 GATES = 3  # i, f, o (the candidate g is the content)
@@ -94,9 +96,8 @@ def scan(pre, w_h):
     autograd node whose backward is the LSTM's own backpropagation through time, a few fused operations per position
     instead of a graph of them (tests/test_lstm.py holds it to autograd through `reference_scan`). Otherwise
     `reference_scan`."""
-    w = w_h.squeeze(-3) if w_h.dim() == pre.dim() and w_h.shape[-3] == 1 else None
-    if w is not None and w.shape[:-2] == pre.shape[:-3] and pre.dim() >= 3:
-        return Scan.apply(pre, w)
+    if pre.dim() >= 3 and w_h.dim() == pre.dim() and w_h.shape[-3] == 1 and w_h.shape[:-3] == pre.shape[:-3]:
+        return _scan_function().apply(pre, w_h.squeeze(-3))
     return reference_scan(pre, w_h)
 
 
@@ -119,7 +120,9 @@ def reference_scan(pre, w_h):
     return torch.stack(out, -2)
 
 
-def _scan_class():
+@functools.cache
+def _scan_function():
+    """`Scan`, the autograd function, built on first use (torch is imported by the layer's methods, not here)."""
     import torch
 
     class Scan(torch.autograd.Function):
@@ -183,22 +186,9 @@ def _scan_class():
 def _recurrent(h, w):
     """h_{t-1} W per run: h (..., B, h) against w (..., 1, h, k) (the tunnel's batch axis: B rows, one product per
     run), or h (..., h) against w (..., h, k) (one row per run)."""
-    if w.dim() == h.dim() + 1 and w.shape[-3] == 1:
+    if w.dim() >= 3 and w.dim() == h.dim() + 1 and w.shape[-3] == 1:
         return h @ w.squeeze(-3)
     return (h[..., None, :] @ w).squeeze(-2)
-
-
-class _LazyScan:
-    """`Scan`, built on first use (torch is imported by the layer's methods, not by this module)."""
-    _cls = None
-
-    def apply(self, *args):
-        if _LazyScan._cls is None:
-            _LazyScan._cls = _scan_class()
-        return _LazyScan._cls.apply(*args)
-
-
-Scan = _LazyScan()
 
 
 def _registered():

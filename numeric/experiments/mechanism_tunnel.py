@@ -142,7 +142,7 @@ def train_task(cfg, mechanism, seeds, where=None):
 
     threads = torch.get_num_threads()
     torch.set_num_threads(1)
-    large_allocations()  # in a Dask worker, glibc's thresholds as outside one (3.4x on softmax's loop here)
+    large_allocations()  # in a Dask worker, glibc's thresholds as outside one (docs/experiments.md: G3)
     try:
         ml.ensure(mechanism, where)  # a user's mechanism, in a worker that has not loaded its file
         return _train(cfg, mechanism, tuple(seeds))

@@ -100,7 +100,7 @@ class ExperimentStage:
         deep, tunnel = self.cfgs["deep"], self.cfgs["tunnel"]
         frozen = dataclasses.replace(deep, layers=1)  # W1's constructed run (`_frozen_deep`)
         return {
-            "manifold": (f"value-manifold-{gpt_tunnel.EVALUATION}", self.cfgs["manifold"], gpt_tunnel.run, {}),
+            "manifold": (f"value-manifold-{gpt_tunnel.EVALUATION}", self.cfgs["manifold"], _manifold_run, {}),
             "deep": (f"deep-watch-{deep_watch.EVALUATION}", deep, _deep_run, {}),
             "deep-frozen": (f"deep-watch-{deep_watch.EVALUATION}-frozen-routing-{frozen.every}", frozen, _deep_run,
                             {"freeze_routing": frozen.every}),
@@ -109,17 +109,17 @@ class ExperimentStage:
 
     def prefetch(self):
         """The smaller trainings (`side`: V1's model, W1's deep model and its frozen-routing control, E5's two arms)
-        as one campaign on the stage's cluster, each task on one thread, the longest first. On this stage's 2 CPU
-        threads these small models gain little from a second thread (V1's steps: 1.4x), so two of them side by side,
-        one each, finish sooner than one after another on both. Results go to the stage's cache, where each
+        as one campaign on the stage's cluster, each task on one thread, the longest first: these small models gain
+        little from a second thread, so two side by side, one thread each, finish sooner than one after another on
+        both (at the default sizes on 2 CPU cores: 150 s against 183 s). Results go to the stage's cache, where each
         experiment finds its own; a task that fails is trained again by its experiment, in this process. Only on a
         CPU device with at least 2 threads (elsewhere each trains where it is read). results.json
         experiments.side_trainings: the campaign's figures."""
         if str(self.device) != "cpu" or self.thread_count() < 2:
             return
         side = self.side
-        todo = {job: entry for job, entry in side.items()
-                if self.cache.load(self.cache.key(entry[0], entry[1], self.device), self.log) is None}
+        todo = {job: entry for job, entry in side.items()  # a corrupt entry is found, and retrained, by its experiment
+                if not self.cache.key(entry[0], entry[1], self.device).exists()}
         if not todo:
             return
         order = list(side)  # priority: the order of `side`, its longest job first
@@ -127,7 +127,7 @@ class ExperimentStage:
                  for job, (_, cfg, fn, kw) in todo.items()]
         t0 = time.perf_counter()
         outcome = campaign.run(tasks, cluster=self.campaign, log=self.log, label="side-trainings")
-        for (job, (name, cfg, _, _)), result in zip(todo.items(), outcome.results):
+        for (name, cfg, _, _), result in zip(todo.values(), outcome.results):
             if result is not None:
                 sticky.save_atomic(result, self.cache.key(name, cfg, self.device))
         self.data["side_trainings"] = {"jobs": list(todo), "workers": outcome.workers, "computed": outcome.computed,
@@ -139,12 +139,11 @@ class ExperimentStage:
         name, cfg, fn, kw = self.side[job]
 
         def run():
-            extra = {"threads": self.thread_count()} if fn is gpt_tunnel.run else {}
             if bar is None:
-                return fn(cfg, self.device, **kw, **extra)
+                return fn(cfg, self.device, **kw)
             progress = Progress(*bar, self.log)
             try:
-                return fn(cfg, self.device, **kw, **extra, progress=lambda: progress.update(1))
+                return fn(cfg, self.device, **kw, progress=lambda: progress.update(1))
             finally:
                 progress.close()
 
@@ -860,6 +859,12 @@ class ExperimentStage:
                 "shape": {"length": T, "arms": len(cfg.arms), "seeds": 1, "blocks": cfg.blocks}, "threads": 1,
                 "ours_s": t["median_s"], "rounds_s": t["rounds_s"], "reference": ref, "reference_s": ref_s,
                 "ratio": t["median_s"] / ref_s})
+
+
+def _manifold_run(cfg, device):
+    """V1's model trained and measured (gpt_tunnel.run) on the threads torch has here: the stage's, or one in
+    `prefetch`'s tasks."""
+    return gpt_tunnel.run(cfg, device, torch.get_num_threads())
 
 
 def _tunnel_arm(cfg, device, arm):
