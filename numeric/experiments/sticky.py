@@ -18,7 +18,7 @@ import torch
 
 from derive.results import atomic_write
 from numeric.device import synchronize
-from numeric.experiments import chain
+from numeric.experiments import chain, fused
 from numeric.experiments.config import positive, positive_ints
 from numeric.generated import attention as gen
 from numeric.reference import causal_mask
@@ -62,6 +62,9 @@ class StickyConfig:
     tracked_rows: int = 32
     dtype: str = "float32"
     value_lrs: tuple = ()  # per-arm W_V learning rate overriding the arm's (the LR-ratio sweep)
+    # how a step's gradients are computed (numeric.experiments.fused): "auto" is the fused CPU kernel where it
+    # runs (numba installed, a CPU device) and the generated kernels elsewhere; "fused" or "generated" insist
+    kernel: str = "auto"
 
     def validate(self):
         positive_ints(self, "length", "steps", "symbols", "d_in", "d_k", "d_v", "blocks", "checkpoints", "tracked_rows")
@@ -89,6 +92,8 @@ class StickyConfig:
                              f"got mu_rng={self.mu_rng!r}")
         if self.dtype not in ("float32", "float64"):
             raise ValueError(f"StickyConfig.dtype must be float32 or float64, got {self.dtype}")
+        if self.kernel not in fused.KERNELS:
+            raise ValueError(f"StickyConfig.kernel must be one of {fused.KERNELS}, got {self.kernel!r}")
         return self
 
     @property
@@ -269,11 +274,15 @@ def _no_mark(component):
     pass
 
 
-def descend(params, data, scale, blocks, mstep, lrs, work=None, first=0, mark=None):
-    """One training step of every run in place: `gradients`, then each parameter from index `first` on (2: W_Q and
-    W_K frozen) moved by its arm's rate. Returns the loss (A, S) before the step. `mark` as in `gradients`, and
+def descend(params, data, scale, blocks, mstep, lrs, work=None, first=0, mark=None, step=None):
+    """One training step of every run in place: `gradients` (or `step`, a fused.Step, when given: the same closed
+    forms fused per run, on unpadded parameters), then each parameter from index `first` on (2: W_Q and W_K frozen)
+    moved by its arm's rate. Returns the loss (A, S) before the step. `mark` as in `gradients`, and
     mark("optimizer") after the update."""
-    loss, grads = gradients(params, data, scale, blocks, mstep, work, mark)
+    out = step(params, data, scale, mstep) if step is not None else None
+    if out is None:  # no fused step, or a non-finite input it leaves to the generated kernels
+        out = gradients(params, data, scale, blocks, mstep, work, mark)
+    loss, grads = out
     for p, g, lr in zip(params[first:], grads[first:], lrs[first:]):
         p.sub_(lr * g)
     if mark is not None:
@@ -385,7 +394,9 @@ def train(cfg, device="cpu", progress=None, state_path=None, save_every=100, on_
     if saved is not None:
         params = [p.to(device, cfg.torch_dtype) for p in saved["params"]]
         losses, tracked, values, start = saved["losses"], saved["tracked"], saved["values"], saved["step"]
-    params = padded(params, cfg)
+    step_kernel = fused.step_for(cfg, device)
+    if step_kernel is None:  # the generated kernels run at lane-padded widths; the fused step at the model's own
+        params = padded(params, cfg)
     if on_start:
         on_start(start)
     synchronize(device)
@@ -404,7 +415,7 @@ def train(cfg, device="cpu", progress=None, state_path=None, save_every=100, on_
             losses.append(probabilities_loss(params, data, scale, blocks))
             break
         first = 2 if freeze_routing is not None and step >= freeze_routing else 0  # W_Q, W_K frozen from here
-        loss = descend(params, data, scale, blocks, mstep, lrs, work, first)
+        loss = descend(params, data, scale, blocks, mstep, lrs, work, first, step=step_kernel)
         losses.append(loss.detach())  # kept on the device; copied once at the end and at saves
         if progress:
             progress(step)
