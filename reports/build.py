@@ -469,6 +469,19 @@ def _step_floor(rf):
     return text + "."
 
 
+def _fused_step(f):
+    """The sentence on the fused CPU step (the step as trained there), if measured."""
+    if not f:
+        return ""
+    return (f" That is the generated kernels' step, whole-tile tensor operations; on the CPU the experiments train "
+            f"with the fused step instead (the same closed forms applied four query rows at a time, held to the "
+            f"generated kernels by the tests): {fmt(f['step_s'] * 1e3, 3)} ms per step, "
+            f"{fmt(f['speedup_over_generated'], 3)}x faster, {fmt(f['gflops'], 3)} GFLOP/s at the model's own widths, "
+            f"{fmt(100 * f['fraction_of_step_shape_ceiling'], 2)}% of the step-shape ceiling and "
+            f"{fmt(100 * f['fraction_of_square_ceiling'], 2)}% of the square one. Per component: "
+            + ", ".join(f"{k} {fmt(v * 1e3, 2)} ms" for k, v in f["components_s"].items()) + ".")
+
+
 def experiments_section(results, figures):
     ex, claims, checks = results.get("experiments", {}), results["claims"], results["checks"]
     sm = ex.get("sticky_markov")
@@ -506,7 +519,8 @@ def experiments_section(results, figures):
             f"shape ({fmt(ceil['step_shape']['gflops'], 3)} GFLOP/s) and {fmt(100 * rf['fraction_of_square_ceiling'], 2)}% "
             f"of a {ceil['square']['shape'][0]}-square product ({fmt(ceil['square']['gflops'], 3)} GFLOP/s), measured in "
             f"the same run; the threads idle {fmt(100 * rf['thread_idle_share'], 2)}% of the time. Per component: "
-            + ", ".join(f"{k} {fmt(v * 1e3, 2)} ms" for k, v in rf["components_s"].items()) + "." + _step_floor(rf)],
+            + ", ".join(f"{k} {fmt(v * 1e3, 2)} ms" for k, v in rf["components_s"].items()) + "." + _step_floor(rf)
+            + _fused_step(rf.get("fused"))],
             id="step-roofline")))
         if "step_profile" in figures:
             out.append(html(Figure("step_profile", id="fig-step_profile")))

@@ -193,8 +193,10 @@ def step_profile(r):
     left.tick_params(axis="y", labelsize=7)
     floor = {"products alone": p["products_gflops"]} if "products_gflops" in p else {}
     ceilings = {f"ceiling: {k.replace('_', ' ')}": c["gflops"] for k, c in p["ceiling"].items()}
-    bars = {"step": p["gflops"], **floor, **ceilings}
-    right.bar(list(bars), list(bars.values()), color=["#d62728"] + ["#ff7f0e"] * len(floor) + ["#7f7f7f"] * len(ceilings))
+    fused = {"fused step": p["fused"]["gflops"]} if p.get("fused") else {}
+    bars = {"step": p["gflops"], **fused, **floor, **ceilings}
+    right.bar(list(bars), list(bars.values()),
+              color=["#d62728"] + ["#2ca02c"] * len(fused) + ["#ff7f0e"] * len(floor) + ["#7f7f7f"] * len(ceilings))
     right.set(ylabel="GFLOP/s (float32)", title="Roofline point")
     right.tick_params(axis="x", labelsize=6, rotation=20)
     return fig

@@ -81,3 +81,18 @@ def test_the_report_draws_the_profile():
     fig = figures.step_profile({"experiments": {"step_roofline": p}})
     assert fig is not None and len(fig.axes) == 2
     assert figures.step_profile({"experiments": {}}) is None
+
+
+def test_the_fused_step_is_profiled_beside_the_generated_one():
+    from numeric.experiments import fused
+
+    r = rf.roofline(CFG, steps=2, min_seconds=0.02)
+    if not fused.available():
+        assert r["fused"] is None
+        return
+    f = r["fused"]
+    assert set(f["components_s"]) == {"projections", "fused attention", "parameter gradients", "optimizer", "other"}
+    assert f["flops"] == rf.step_flops(CFG, padded=False) < r["flops"]  # it runs at the model's own widths
+    assert math.isclose(f["speedup_over_generated"], r["step_s"] / f["step_s"])
+    assert math.isclose(f["fraction_of_square_ceiling"], f["gflops"] / r["ceiling"]["square"]["gflops"])
+    assert rf.fused_profile(dataclasses.replace(CFG, kernel="generated")) is None

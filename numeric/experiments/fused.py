@@ -352,12 +352,15 @@ class Step:
             self.local.scratch = have
         return have
 
-    def __call__(self, params, data, scale, mstep):
+    def __call__(self, params, data, scale, mstep, mark=None):
+        """`mark(component)`, when given, is called after the projections, the fused kernel and the parameter
+        gradients (numeric.experiments.roofline's profile)."""
+        mark = mark or (lambda component: None)
         x = data.x  # (1, S, T, d_in)
         q, k, v = (x @ w for w in params[:3])  # (A, S, T, d): the generated projections' inputs, as in gradients
         A, S, T = q.shape[0], q.shape[1], q.shape[2]
         R = A * S
-        if not all(bool(torch.isfinite(t).all()) for t in (q, k, v, params[3])):
+        if not bool(torch.isfinite(q.sum() + k.sum() + v.sum() + params[3].sum())):  # inf - inf is nan too
             return None  # a diverged run: the generated kernels propagate its non-finite values as they are
         Q = q.reshape(R, T, -1).contiguous()
         KT, VT = (t.reshape(R, T, -1).mT.contiguous() for t in (k, v))
@@ -379,6 +382,7 @@ class Step:
             return self.run(Qn[r], KTn[r], VTn[r], WOn[r], yn[r], sc, lo, hi, T, dQn[r], dKTn[p, r], dVTn[p, r],
                             dWOn[p, r], respn[p, r], s, t, kb)
 
+        mark("projections")
         totals = list(_pool(self.threads).map(one, range(R * P)))
         loss = torch.tensor(totals, dtype=torch.float64).view(R, P).sum(1).div(T).to(self.dtype).view(A, S)
         dK, dV = (g.sum(0).mT.reshape(A, S, T, -1) for g in (dKT, dVT))
@@ -386,7 +390,9 @@ class Step:
             norm = resp.sum(0).view(A, S, T)
             norm = torch.where(mstep.view(-1, 1, 1), norm.clamp_min(1e-12), torch.ones_like(norm))
             dV = dV / norm[..., None]
+        mark("fused attention")
         dW_Q, dW_K, dW_V = gen.params_backward(x, dQ.view(A, S, T, -1), dK, dV)
+        mark("parameter gradients")
         return loss, [dW_Q, dW_K, dW_V, dWO.sum(0).view(params[3].shape)]
 
 

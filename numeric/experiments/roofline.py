@@ -179,6 +179,48 @@ def profile(cfg, steps=10, device="cpu", state=None):
             "useful_gflops": _gflops(useful, step_s)}
 
 
+def fused_profile(cfg, steps=10, device="cpu"):
+    """The fused step's seconds per step (numeric.experiments.fused: the step as trained on the CPU), in total and per
+    component (projections, the fused kernel, the parameter gradients, the optimizer, other), with its FLOPs: the
+    model's own widths, since it runs unpadded (torch's counter cannot see inside the kernel, so the count is the
+    shapes' alone, the count a test holds to torch's on the generated step). None where the fused step does not run."""
+    from numeric.experiments import fused
+
+    step = fused.step_for(cfg, device)
+    if step is None:
+        return None
+    data = sticky.make_data(cfg, device)
+    params = sticky.init_params(cfg, device)
+    lrs, mstep = sticky.learning_rates(cfg, device)
+    blocks = sticky._blocks(data.x.shape[-2], cfg.blocks, device)
+    scale = 1.0 / math.sqrt(cfg.d_k)
+
+    def one(mark=None):
+        sticky.descend(params, data, scale, blocks, mstep, lrs, mark=mark, step=step)
+
+    one()  # warm-up (and numba's code loaded)
+    t0 = time.perf_counter()
+    for _ in range(steps):
+        one()
+    step_s = (time.perf_counter() - t0) / steps
+    per, last = {}, [0.0]
+
+    def mark(component):
+        now = time.perf_counter()
+        per[component] = per.get(component, 0.0) + now - last[0]
+        last[0] = now
+
+    marked0 = time.perf_counter()
+    for _ in range(steps):
+        last[0] = time.perf_counter()
+        one(mark)
+    marked = time.perf_counter() - marked0
+    per["other"] = max(0.0, marked - sum(per.values()))
+    flops = step_flops(cfg, padded=False)
+    return {"step_s": step_s, "marked_step_s": marked / steps, "components_s": {k: v / steps for k, v in per.items()},
+            "flops": flops, "gflops": _gflops(flops, step_s), "threads": step.threads}
+
+
 def roofline(cfg, steps=10, device="cpu", min_seconds=0.6):
     """profile(cfg), the products' floor (`floor`: seconds per step of the step's matrix products alone, their GFLOP/s
     and their share of the step) and the ceiling at its largest product, with the step's fraction of each ceiling."""
@@ -188,7 +230,12 @@ def roofline(cfg, steps=10, device="cpu", min_seconds=0.6):
     products_s = floor(cfg, steps, device, state)
     lo, hi, _ = sticky._blocks(_positions(cfg), cfg.blocks)[-1]
     ceil = ceiling(prof["runs"], hi - lo, hi, sticky.lane_width(cfg.d_k), min_seconds)
-    return {**prof, "ceiling": ceil, "products_s": products_s, "products_gflops": _gflops(prof["flops"], products_s),
+    fused = fused_profile(cfg, steps, device)
+    if fused is not None:
+        fused.update(fraction_of_step_shape_ceiling=fused["gflops"] / ceil["step_shape"]["gflops"],
+                     fraction_of_square_ceiling=fused["gflops"] / ceil["square"]["gflops"],
+                     speedup_over_generated=prof["step_s"] / fused["step_s"])
+    return {**prof, "fused": fused, "ceiling": ceil, "products_s": products_s, "products_gflops": _gflops(prof["flops"], products_s),
             "products_share": products_s / prof["step_s"],
             "fraction_of_step_shape_ceiling": prof["gflops"] / ceil["step_shape"]["gflops"],
             "fraction_of_square_ceiling": prof["gflops"] / ceil["square"]["gflops"]}
@@ -245,6 +292,7 @@ def main(argv=None, prog="python -m numeric.experiments.roofline"):
         torch.set_num_threads(args.threads)
     cfg = sticky.StickyConfig(arms=("sgd", "em_like"), length=200 if args.quick else sticky.StickyConfig.length)
     r = roofline(cfg, args.steps)
+    print("the generated kernels' step (whole-tile tensor operations, lane-padded widths):")
     print(f"sticky step: {r['runs']} runs, T = {r['length']}, {r['threads']} threads: {r['step_s'] * 1e3:.1f} ms, "
           f"{r['flops'] / 1e9:.2f} GFLOP ({r['useful_flops'] / 1e9:.2f} at the model's widths), "
           f"{r['gflops']:.1f} GFLOP/s; threads idle {r['thread_idle_share']:.0%}")
@@ -254,6 +302,16 @@ def main(argv=None, prog="python -m numeric.experiments.roofline"):
           f"{r['products_share']:.0%} of the step")
     for k, c in r["ceiling"].items():
         print(f"ceiling {k:11} {c['shape']}: {c['gflops']:.1f} GFLOP/s; the step at {r['gflops'] / c['gflops']:.0%}")
+    f = r["fused"]
+    if f is None:
+        print("the fused step does not run here (numba missing, or not a CPU)")
+    else:
+        print(f"the fused step (as trained on the CPU): {f['step_s'] * 1e3:.1f} ms, {f['speedup_over_generated']:.2f}x the "
+              f"generated kernels' step; {f['flops'] / 1e9:.2f} GFLOP at the model's widths, {f['gflops']:.1f} GFLOP/s: "
+              f"{f['fraction_of_step_shape_ceiling']:.0%} of the step-shape ceiling, "
+              f"{f['fraction_of_square_ceiling']:.0%} of the square one")
+        for k, v in f["components_s"].items():
+            print(f"  {k:20} {v * 1e3:8.2f} ms  {v / f['marked_step_s']:6.1%}")
     if args.json:
         import json
         from pathlib import Path

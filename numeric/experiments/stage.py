@@ -650,6 +650,13 @@ class ExperimentStage:
                 "reference_gflops": point["ceiling"]["step_shape"]["gflops"],
                 "reference_s": point["flops"] / (point["ceiling"]["step_shape"]["gflops"] * 1e9),
                 "ratio": 1.0 / point["fraction_of_step_shape_ceiling"]})
+            if point.get("fused"):  # the step as trained on the CPU, against the generated kernels' step
+                self.results.benchmarks.append({
+                    "name": "experiments/sticky-step-fused", "device": "cpu", "dtype": cfg.dtype,
+                    "shape": {"length": cfg.length, "runs": point["runs"]}, "threads": point["fused"]["threads"],
+                    "ours_s": point["fused"]["step_s"], "gflops": point["fused"]["gflops"],
+                    "reference": "the generated kernels' step (whole-tile tensor operations), same process",
+                    "reference_s": point["step_s"], "ratio": point["fused"]["step_s"] / point["step_s"]})
             self._check("experiments/step-roofline", "E1", point["flops"] == point["counted_flops"],
                         time.perf_counter() - t0, {k: point[k] for k in ("step_s", "flops", "counted_flops", "gflops",
                                                                           "thread_idle_share",

@@ -279,7 +279,7 @@ def descend(params, data, scale, blocks, mstep, lrs, work=None, first=0, mark=No
     forms fused per run, on unpadded parameters), then each parameter from index `first` on (2: W_Q and W_K frozen)
     moved by its arm's rate. Returns the loss (A, S) before the step. `mark` as in `gradients`, and
     mark("optimizer") after the update."""
-    out = step(params, data, scale, mstep) if step is not None else None
+    out = step(params, data, scale, mstep, mark) if step is not None else None
     if out is None:  # no fused step, or a non-finite input it leaves to the generated kernels
         out = gradients(params, data, scale, blocks, mstep, work, mark)
     loss, grads = out
