@@ -87,17 +87,36 @@ def test_a_non_finite_input_is_left_to_the_generated_kernels():
 def test_kernel_settings_are_checked():
     with pytest.raises(ValueError, match="kernel must be one of"):
         sticky.StickyConfig(kernel="fast").validate()
-    with pytest.raises(ValueError, match="CPU only"):
-        fused.applies("fused", "meta", torch.float32)
+    for device, dtype in (("meta", torch.float32), ("cpu", torch.float16)):
+        with pytest.raises(ValueError, match="on the CPU in float32 or float64 only"):
+            fused.applies("fused", device, dtype)
     assert not fused.applies("auto", "meta", torch.float32) and not fused.applies("generated", "cpu", torch.float32)
     assert fused.step_for(sticky.StickyConfig(kernel="generated"), "cpu") is None
+    wide = sticky.StickyConfig(d_k=fused.MAX_WIDTH + 1)
+    assert fused.step_for(wide, "cpu") is None  # auto: wider heads keep the generated kernels
+    with pytest.raises(ValueError, match="unrolls the head widths"):
+        fused.step_for(dataclasses.replace(wide, kernel="fused"), "cpu")
     with pytest.raises(ValueError, match="mutant must be one of"):
         fused.emit(3, 4, 2, mutant="nope")
 
 
 def test_emitted_source_is_written_once_under_the_cache(tmp_path, monkeypatch):
-    monkeypatch.setenv("AGV_KERNEL_CACHE", str(tmp_path))
-    assert fused.cache_dir() == tmp_path
+    monkeypatch.setenv("AGV_KERNEL_CACHE", str(tmp_path / "kernels"))
+    assert fused.cache_dir() == tmp_path / "kernels"
     text = fused.emit(3, 7, 3, "float64")
     assert "values_grad5(" in text and "values_grad2(" in text and "def run(" in text
     assert fused.emit(3, 7, 3, "float64") == text and fused.emit(3, 7, 3, "float64", "drop-baseline") != text
+    run = fused.kernel.__wrapped__(3, 7, 3, "float64")  # uncached: import only, numba compiles at the first call
+    (path,) = (tmp_path / "kernels").glob("agv_fused_*.py")
+    assert path.read_text() == text.replace("CACHE", "True") and run.__module__ == path.stem
+    stamp = path.stat().st_mtime_ns
+    fused.kernel.__wrapped__(3, 7, 3, "float64")
+    assert path.stat().st_mtime_ns == stamp  # an unchanged source is not written again
+
+
+def test_an_unwritable_cache_compiles_in_memory(tmp_path, monkeypatch):
+    blocker = tmp_path / "file"
+    blocker.write_text("not a directory")
+    monkeypatch.setenv("AGV_KERNEL_CACHE", str(blocker / "kernels"))
+    run = fused.kernel.__wrapped__(3, 7, 3, "float64")
+    assert run.__module__.startswith("agv_fused_") and not list(tmp_path.glob("**/agv_fused_*.py"))

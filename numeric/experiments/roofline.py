@@ -140,42 +140,47 @@ def floor(cfg, steps=10, device="cpu", state=None):
     return (time.perf_counter() - t0) / steps
 
 
-def profile(cfg, steps=10, device="cpu", state=None):
-    """Seconds per step of the sticky step (cfg's arms and seeds at once), in total (unmarked steps) and per
-    component (marked steps; `other` is the marked step's time outside every mark), the threads' idle share (1 - the
-    process's CPU time over wall time x threads: a thread that spins while it waits counts as busy, so this is a lower
-    bound), the FLOPs from the shapes and as torch's counter sees them in one step, and the achieved GFLOP/s. `state`:
-    `_setup`'s, when already made (its parameters are trained by the timed steps)."""
-    cfg.validate()
-    state = state or _setup(cfg, device)
-    _step(*state)  # warm-up
+def _timed(one, steps, components=()):
+    """`one(mark=None)` (a training step) timed after one warm-up call: seconds per step over `steps` unmarked calls,
+    the threads' idle share over them (1 - the process's CPU time over wall time x threads: a thread that spins while
+    it waits counts as busy, so this is a lower bound), and per component over `steps` marked calls (`mark(component)`
+    is called after each component's work; `other` is the marked step's time outside every mark)."""
+    one()
     threads = torch.get_num_threads()
     t0, c0 = time.perf_counter(), time.process_time()
     for _ in range(steps):
-        _step(*state)
+        one()
     wall, cpu = time.perf_counter() - t0, time.process_time() - c0
-    per = dict.fromkeys(COMPONENTS, 0.0)
-    last = [0.0]
+    per, last = dict.fromkeys(components, 0.0), [0.0]
 
     def mark(component):
         now = time.perf_counter()
-        per[component] += now - last[0]
+        per[component] = per.get(component, 0.0) + now - last[0]
         last[0] = now
 
     marked0 = time.perf_counter()
     for _ in range(steps):
         last[0] = time.perf_counter()
-        _step(*state, mark=mark)
+        one(mark)
     marked = time.perf_counter() - marked0
-    per["other"] = max(0.0, marked - sum(per.values()))
-    step_s = wall / steps
+    per["other"] = max(0.0, marked - sum(v for k, v in per.items() if k != "other"))
+    return {"threads": threads, "step_s": wall / steps, "marked_step_s": marked / steps,
+            "components_s": {k: v / steps for k, v in per.items()},
+            "thread_idle_share": max(0.0, 1.0 - cpu / (wall * threads))}
+
+
+def profile(cfg, steps=10, device="cpu", state=None):
+    """The generated kernels' sticky step (cfg's arms and seeds at once) timed by `_timed`, per COMPONENTS, with the
+    FLOPs from the shapes and as torch's counter sees them in one step, and the achieved GFLOP/s. `state`:
+    `_setup`'s, when already made (its parameters are trained by the timed steps)."""
+    cfg.validate()
+    state = state or _setup(cfg, device)
+    timed = _timed(lambda mark=None: _step(*state, mark=mark), steps, COMPONENTS)
+    step_s = timed["step_s"]
     flops, useful = step_flops(cfg), step_flops(cfg, padded=False)
     counted = counted_flops(lambda: _step(*state))
-    return {"counted_flops": int(counted), "steps": steps, "threads": threads, "runs": len(cfg.arms) * len(cfg.seeds), "length": cfg.length,
-            "step_s": step_s, "marked_step_s": marked / steps,
-            "components_s": {k: v / steps for k, v in per.items()},
-            "thread_idle_share": max(0.0, 1.0 - cpu / (wall * threads)),
-            "flops": flops, "useful_flops": useful, "gflops": _gflops(flops, step_s),
+    return {"counted_flops": int(counted), "steps": steps, "runs": len(cfg.arms) * len(cfg.seeds), "length": cfg.length,
+            **timed, "flops": flops, "useful_flops": useful, "gflops": _gflops(flops, step_s),
             "useful_gflops": _gflops(useful, step_s)}
 
 
@@ -189,36 +194,11 @@ def fused_profile(cfg, steps=10, device="cpu"):
     step = fused.step_for(cfg, device)
     if step is None:
         return None
-    data = sticky.make_data(cfg, device)
-    params = sticky.init_params(cfg, device)
-    lrs, mstep = sticky.learning_rates(cfg, device)
-    blocks = sticky._blocks(data.x.shape[-2], cfg.blocks, device)
-    scale = 1.0 / math.sqrt(cfg.d_k)
-
-    def one(mark=None):
-        sticky.descend(params, data, scale, blocks, mstep, lrs, mark=mark, step=step)
-
-    one()  # warm-up (and numba's code loaded)
-    t0 = time.perf_counter()
-    for _ in range(steps):
-        one()
-    step_s = (time.perf_counter() - t0) / steps
-    per, last = {}, [0.0]
-
-    def mark(component):
-        now = time.perf_counter()
-        per[component] = per.get(component, 0.0) + now - last[0]
-        last[0] = now
-
-    marked0 = time.perf_counter()
-    for _ in range(steps):
-        last[0] = time.perf_counter()
-        one(mark)
-    marked = time.perf_counter() - marked0
-    per["other"] = max(0.0, marked - sum(per.values()))
+    data, params, lrs, mstep, scale, blocks, _ = _setup(cfg, device)
+    params = sticky.unpadded(params, cfg)  # the fused step runs at the model's own widths
+    timed = _timed(lambda mark=None: sticky.descend(params, data, scale, blocks, mstep, lrs, mark=mark, step=step), steps)
     flops = step_flops(cfg, padded=False)
-    return {"step_s": step_s, "marked_step_s": marked / steps, "components_s": {k: v / steps for k, v in per.items()},
-            "flops": flops, "gflops": _gflops(flops, step_s), "threads": step.threads}
+    return {**timed, "flops": flops, "gflops": _gflops(flops, timed["step_s"])}
 
 
 def roofline(cfg, steps=10, device="cpu", min_seconds=0.6):
@@ -266,7 +246,7 @@ def mechanism_points(cfg, times, ceiling_gflops):
             continue
         params = ml.init_params(scfg, m, scfg.seeds, len(cfg.arms), scfg.torch_dtype)
         lrs = mg.learning_rates(m, cfg.arms, params)
-        flops = counted_flops(lambda: mg._steps(m, "quadratic", params, lrs, data, blocks, 1))
+        flops = counted_flops(lambda m=m, params=params, lrs=lrs: mg._steps(m, "quadratic", params, lrs, data, blocks, 1))
         gf = _gflops(flops, t["median_s"])
         out[m] = {"flops": int(flops), "step_s": t["median_s"], "gflops": gf,
                   "fraction_of_square_ceiling": gf / ceiling_gflops}
@@ -274,8 +254,6 @@ def mechanism_points(cfg, times, ceiling_gflops):
 
 
 def main(argv=None, prog="python -m numeric.experiments.roofline"):
-    import argparse
-
     from derive import options
 
     parser = options.parser(prog, __doc__)
